@@ -1,0 +1,50 @@
+"""RankNet: the pairwise logistic loss (Burges et al., ICML 2005), a baseline."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from losses.inputs import check_list_inputs
+from losses.pairs import preference_mask, valid_queries
+from losses.reduction import check_reduction, reduce_queries
+
+
+def ranknet_loss(
+    scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, *, reduction: str = "mean"
+) -> torch.Tensor:
+    """Mean over a query's preference pairs of ``log(1 + exp(-(s_i - s_j)))``.
+
+    Pairs are the ordered pairs of real documents with ``label_i > label_j`` (Burges et al. 2005,
+    eq. 1 with target probability 1). A query without pairs has loss 0.
+
+    Shape:
+        scores, labels, mask: [B, L] -> [B] for ``reduction="none"``, else a scalar.
+
+    Example:
+        >>> scores = torch.tensor([[1.0, 0.0, 5.0]])
+        >>> labels = torch.tensor([[1.0, 0.0, float("nan")]])
+        >>> mask = torch.tensor([[True, True, False]])
+        >>> ranknet_loss(scores, labels, mask)
+        tensor(0.3133)
+    """
+    check_list_inputs(scores, labels, mask)
+    check_reduction(reduction)
+    pairs = preference_mask(labels, mask)  # [B, L, L]
+    real_scores = torch.where(mask, scores, torch.zeros_like(scores))
+    difference = real_scores.unsqueeze(-1) - real_scores.unsqueeze(-2)
+    pair_loss = torch.where(pairs, F.softplus(-difference), torch.zeros_like(difference))
+    per_query = pair_loss.sum(dim=(-1, -2)) / pairs.sum(dim=(-1, -2)).clamp(min=1)
+    return reduce_queries(per_query, valid_queries(labels, mask), reduction)
+
+
+class RankNetLoss(nn.Module):
+    """Module form of :func:`ranknet_loss`."""
+
+    def __init__(self, *, reduction: str = "mean") -> None:
+        super().__init__()
+        self.reduction = check_reduction(reduction)
+
+    def forward(self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return ranknet_loss(scores, labels, mask, reduction=self.reduction)

@@ -1,0 +1,246 @@
+"""Where rankers, losses, metrics and Lightning meet: the training and evaluation modules.
+
+``RankingModule`` trains any :class:`~rankers.base.Ranker` with any loss by gradient steps;
+``FullBatchModule`` trains with a full-batch solver (coordinate descent, cutting planes). Both
+share :class:`EvaluationModule`: LETOR-exact validation/test metrics and the test scores that
+``train.py`` writes as a prediction file.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+
+import pytorch_lightning as pl
+import torch
+import torchmetrics
+from torch import nn
+
+from rankers.base import FullBatchSolver, Ranker
+from rankers.metrics import check_metric_options, letor_metrics, metric_keys
+
+
+class LetorMetric(torchmetrics.Metric):
+    """Dataset means of :func:`~rankers.metrics.letor_metrics` over batches of queries (SPEC §6.10).
+
+    States are float64 per-key sums and the number of queries, summed across processes, so the
+    result is the plain mean over every query seen. Rows without a real document are not
+    queries (they exist only as padding) and are not counted.
+    """
+
+    full_state_update = False
+    is_differentiable = False
+    higher_is_better = True
+
+    def __init__(
+        self,
+        ks: Sequence[int] = (1, 3, 5, 10),
+        convention: str = "letor",
+        short_list: str | None = None,
+        **kwargs,
+    ) -> None:
+        super().__init__(**kwargs)
+        # Validate now, not at the first update: a bad config fails at construction.
+        self.ks, self.short_list = check_metric_options(ks, convention, short_list)
+        self.convention = convention
+        self.keys = metric_keys(self.ks)
+        self.add_state(
+            "sums", torch.zeros(len(self.keys), dtype=torch.float64), dist_reduce_fx="sum"
+        )
+        self.add_state("queries", torch.zeros((), dtype=torch.int64), dist_reduce_fx="sum")
+
+    def update(self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> None:
+        per_query = letor_metrics(
+            scores, labels, mask, ks=self.ks, convention=self.convention,
+            short_list=self.short_list,
+        )  # empty rows give 0 everywhere, so they add nothing to the sums
+        self.sums = self.sums + torch.stack([per_query[key].sum() for key in self.keys])
+        self.queries = self.queries + mask.any(dim=1).sum()
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        means = self.sums / self.queries.clamp(min=1).to(torch.float64)
+        return {key: means[index] for index, key in enumerate(self.keys)}
+
+
+def check_loss_fits_ranker(ranker: Ranker, loss: nn.Module) -> None:
+    """Fail at construction, with the fix named, when a loss cannot take what a ranker gives.
+
+    A ranker hands the loss ``loss_target(features)`` plus ``loss_inputs()`` by keyword (ConeRank
+    gives a basis); the loss's ``forward`` signature says what it takes.
+    """
+    parameters = inspect.signature(loss.forward).parameters
+    offered = set(ranker.loss_inputs())
+    extra = sorted(offered - set(parameters))
+    required = [
+        name
+        for name, parameter in list(parameters.items())[3:]
+        if parameter.default is inspect.Parameter.empty
+        and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+    ]
+    missing = sorted(set(required) - offered)
+    if extra or missing:
+        problem = f"does not take {extra}" if extra else f"needs {missing}"
+        raise ValueError(
+            f"{type(loss).__name__} {problem}, which {type(ranker).__name__} "
+            f"{'gives' if extra else 'does not give'}: feature-space losses (loss=cone) pair with "
+            "model=conerank, scalar losses with scalar models (model=linear, model=mlp)"
+        )
+
+
+class EvaluationModule(pl.LightningModule):
+    """Validation and test with LETOR-exact metrics; keeps the test scores per source row."""
+
+    def __init__(self, ranker: Ranker, loss: nn.Module, ks: Sequence[int]) -> None:
+        super().__init__()
+        check_loss_fits_ranker(ranker, loss)
+        self.ranker = ranker
+        self.loss = loss
+        self.val_metrics = LetorMetric(ks)
+        self.test_metrics = LetorMetric(ks)
+        self.test_rows: list[torch.Tensor] = []
+        self.test_scores: list[torch.Tensor] = []
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.ranker(features)
+
+    def batch_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The only place a ranker's output meets a loss."""
+        target = self.ranker.loss_target(batch["features"])
+        return self.loss(target, batch["labels"], batch["mask"], **self.ranker.loss_inputs())
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self.val_metrics.update(self(batch["features"]), batch["labels"], batch["mask"])
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_metrics("val", self.val_metrics)
+
+    def on_test_epoch_start(self) -> None:
+        self.test_rows, self.test_scores = [], []
+
+    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        scores = self(batch["features"])
+        self.test_metrics.update(scores, batch["labels"], batch["mask"])
+        self.test_rows.append(batch["doc_index"][batch["mask"]].cpu())
+        self.test_scores.append(scores.detach()[batch["mask"]].cpu())
+
+    def on_test_epoch_end(self) -> None:
+        self._log_metrics("test", self.test_metrics)
+
+    def scores_by_row(self, num_rows: int) -> torch.Tensor:
+        """The last test run's scores as a float64 [num_rows] vector in source-file row order.
+
+        Raises if a row got no score or two, so a prediction file never silently misaligns.
+        """
+        rows = torch.cat(self.test_rows) if self.test_rows else torch.empty(0, dtype=torch.long)
+        scores = torch.cat(self.test_scores) if self.test_scores else torch.empty(0)
+        hits = torch.bincount(rows, minlength=num_rows) if rows.numel() else torch.zeros(num_rows)
+        if hits.numel() != num_rows or bool((hits != 1).any()):
+            missing, doubled = int((hits == 0).sum()), int((hits > 1).sum())
+            raise RuntimeError(
+                f"test scores cover the {num_rows} rows badly: {missing} rows without a score, "
+                f"{doubled} with several (was the test loader sharded or capped?)"
+            )
+        by_row = torch.empty(num_rows, dtype=torch.float64)
+        by_row[rows] = scores.to(torch.float64)
+        return by_row
+
+    def _log_metrics(self, stage: str, metric: LetorMetric) -> None:
+        values = metric.compute()
+        self.log_dict({f"{stage}/{key}": value.float() for key, value in values.items()})
+        metric.reset()
+
+
+class RankingModule(EvaluationModule):
+    """A ranker trained by gradient steps on a loss, plus optional ℓ1 / ℓ2² weight penalties.
+
+    Args:
+        ranker: a factory ``ranker(n_features=F) -> Ranker`` (a Hydra partial).
+        loss: the objective, called as ``loss(ranker.loss_target(X), labels, mask,
+            **ranker.loss_inputs())``.
+        optimizer: a factory ``optimizer(params) -> torch.optim.Optimizer`` (a Hydra partial).
+        n_features: F, read from the data by ``train.py``.
+        l1, l2: penalty ``l1·Σ|w| + l2·Σw²`` over ``ranker.regularized_weights()``, added to
+            every batch loss (the thesis' λ‖w‖₁ and λ‖w‖₂², SPEC §3.5).
+        ks: cut-offs of NDCG@k and P@k.
+    """
+
+    def __init__(
+        self,
+        ranker: Callable[..., Ranker],
+        loss: nn.Module,
+        optimizer: Callable[..., torch.optim.Optimizer],
+        n_features: int,
+        l1: float = 0.0,
+        l2: float = 0.0,
+        ks: Sequence[int] = (1, 3, 5, 10),
+    ) -> None:
+        if l1 < 0 or l2 < 0:
+            raise ValueError(f"l1 and l2 must be >= 0, got l1={l1}, l2={l2}")
+        super().__init__(ranker(n_features=n_features), loss, ks)
+        self.make_optimizer = optimizer
+        self.l1, self.l2 = float(l1), float(l2)
+
+    def penalty(self) -> torch.Tensor:
+        total = torch.zeros((), device=self.device)
+        for weight in self.ranker.regularized_weights():
+            if self.l1:
+                total = total + self.l1 * weight.abs().sum()
+            if self.l2:
+                total = total + self.l2 * weight.square().sum()
+        return total
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = self.batch_loss(batch)
+        self.log("train/loss", loss, batch_size=batch["mask"].shape[0], on_step=False, on_epoch=True)
+        return loss + self.penalty()
+
+    def optimizer_step(self, *args, **kwargs) -> None:
+        super().optimizer_step(*args, **kwargs)
+        self.ranker.constrain()
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return self.make_optimizer(self.parameters())
+
+
+class FullBatchModule(EvaluationModule):
+    """A ranker fitted by a :class:`~rankers.base.FullBatchSolver`, one outer iteration per epoch.
+
+    Each epoch takes one solver step on the whole training split (``datamodule.full_batch``);
+    training stops early once the solver reports convergence. Checkpoints, logging, validation
+    and test outputs are the same as for :class:`RankingModule`; ``train/loss`` is the injected
+    loss of the current ranker on the full training batch.
+    """
+
+    def __init__(
+        self,
+        solver: Callable[..., FullBatchSolver],
+        loss: nn.Module,
+        n_features: int,
+        ks: Sequence[int] = (1, 3, 5, 10),
+    ) -> None:
+        fitted = solver(n_features=n_features)
+        super().__init__(fitted.ranker, loss, ks)
+        self.solver = fitted
+        self.automatic_optimization = False
+        self.train_batch: dict[str, torch.Tensor] | None = None
+
+    def on_fit_start(self) -> None:
+        batch = self.trainer.datamodule.full_batch("train")
+        self.train_batch = {key: value.to(self.device) for key, value in batch.items()}
+
+    def on_train_batch_start(self, batch, batch_idx: int) -> int | None:
+        return -1 if batch_idx > 0 else None  # one solver step per epoch, on the full batch
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        full = self.train_batch
+        stats = self.solver.fit_step(full["features"], full["labels"], full["mask"])
+        with torch.no_grad():
+            loss = self.batch_loss(full)
+        size = full["mask"].shape[0]
+        self.log("train/loss", loss, batch_size=size, on_step=False, on_epoch=True)
+        self.log_dict({f"train/{k}": float(v) for k, v in stats.items()}, batch_size=size)
+        if self.solver.converged:
+            self.trainer.should_stop = True
+
+    def configure_optimizers(self) -> None:
+        return None

@@ -1,0 +1,30 @@
+"""Shared fixtures: composing the Hydra config tree the way ``train.py`` sees it."""
+
+from pathlib import Path
+
+import pytest
+
+from train import compose_run
+
+ROOT = Path(__file__).resolve().parents[1]
+MQ2008 = ROOT.parent / "shared" / "data" / "MQ2008"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_data_cache(tmp_path_factory):
+    """Parsed-data caches of the test session go to a temporary folder, never to ~/.cache."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("DIFFERANK_CACHE", str(tmp_path_factory.mktemp("differank-cache")))
+    yield
+    patch.undo()
+
+
+@pytest.fixture
+def train_config(tmp_path):
+    """Compose a run config whose run directory is a fresh temporary folder."""
+    return lambda overrides: compose_run(overrides, tmp_path / "run")
+
+
+requires_mq2008 = pytest.mark.skipif(
+    not MQ2008.is_dir(), reason=f"MQ2008 not found at {MQ2008} (the shared data folder)"
+)

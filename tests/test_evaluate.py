@@ -1,0 +1,209 @@
+"""The LETOR prediction-file evaluator: reading, grouping by qid, the CLI and its errors."""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rankers.evaluate import evaluate_files, main, per_query_metrics, read_labels_and_qids
+from tests.oracles import letor_query_metrics_oracle, trec_query_metrics_oracle
+
+ROOT = Path(__file__).resolve().parents[1]
+MQ2008 = ROOT.parent / "shared" / "data" / "MQ2008"
+
+# Two queries; qid 7's lines are split into two blocks around qid 3 (they still form one query).
+#   qid 7, file order: labels [2, 0, 1] + [1], scores [0.5, 0.9, 0.5] + [0.1]  (= query A below)
+#   qid 3: labels [0, 0], scores [1.0, 2.0]  (no relevant document: 0 everywhere, counted)
+FEATURES = """\
+2 qid:7 1:0.1 2:0.2 #docid = a1
+0 qid:7 1:0.3 2:0.4 #docid = a2
+1 qid:7 1:0.5 2:0.6 #docid = a3
+0 qid:3 1:0.1 2:0.1 #docid = b1
+0 qid:3 1:0.2 2:0.2 #docid = b2
+1 qid:7 1:0.7 2:0.8 #docid = a4
+"""
+PREDICTIONS = "0.5\n0.9\n0.5\n1.0\n2.0\n0.1\n"
+D3 = 1.0 / math.log2(3.0)
+# Query qid 7 = query A of test_metrics: ranked labels [0, 2, 1, 1] (tie 0.5/0.5 keeps file
+# order), NDCG@1..4 = [0, 3/4, (3 + D3)/(4 + D3), (3.5 + D3)/(4 + D3)], NDCG@5 = 0 (k > n),
+# AP = (1/2 + 2/3 + 3/4)/3, P@1 = 0, P@3 = 2/3, P@5 = 3/5. Dataset means halve these (qid 3: 0).
+QA_NDCG = [0.0, 0.75, (3 + D3) / (4 + D3), (3.5 + D3) / (4 + D3)]
+EXPECTED = {
+    "map": (1 / 2 + 2 / 3 + 3 / 4) / 3 / 2,
+    "mean_ndcg": sum(QA_NDCG) / 4 / 2,
+    "ndcg@1": 0.0,
+    "ndcg@3": QA_NDCG[2] / 2,
+    "ndcg@5": 0.0,
+    "p@1": 0.0,
+    "p@3": 2 / 3 / 2,
+    "p@5": 3 / 5 / 2,
+}
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    features = tmp_path / "test.txt"
+    features.write_text(FEATURES)
+    predictions = tmp_path / "pred.txt"
+    predictions.write_text(PREDICTIONS)
+    return features, predictions
+
+
+def run_cli(*args):
+    """The real command line, in a subprocess (slow: imports torch)."""
+    return subprocess.run(
+        [sys.executable, "-m", "rankers.evaluate", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def cli(capsys):
+    """``main(argv)`` in-process -> (exit code, stdout, stderr); argparse errors exit 2."""
+
+    def call(*args):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exit_:
+            code = exit_.code
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return call
+
+
+def test_evaluate_files_golden(tiny):
+    means = evaluate_files([tiny[0]], tiny[1], ks=(1, 3, 5))
+    assert list(means) == list(EXPECTED)
+    for key, value in EXPECTED.items():
+        assert isinstance(means[key], float)
+        assert means[key] == pytest.approx(value, abs=1e-15), key
+
+
+def test_non_contiguous_qid_blocks_join_one_query_in_first_appearance_order(tiny):
+    qids, values = per_query_metrics([tiny[0]], tiny[1], ks=(5,))
+    assert qids == ["7", "3"]
+    assert values["p@5"].tolist() == pytest.approx([3 / 5, 0.0], abs=1e-15)
+
+
+def test_cli_prints_table_and_writes_json(tiny, tmp_path):
+    out = tmp_path / "metrics.json"
+    result = run_cli(*tiny, "--ks", "1", "3", "5", "--json", out)
+    assert result.returncode == 0, result.stderr
+    header, _, row = result.stdout.strip().splitlines()
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert columns == ["queries", "MAP", "MeanNDCG", "NDCG@1", "NDCG@3", "NDCG@5", "P@1", "P@3",
+                       "P@5"]  # fmt: skip
+    assert cells[0] == "2"
+    assert cells[1:] == [f"{value:.4f}" for value in EXPECTED.values()]
+    written = json.loads(out.read_text())
+    assert written == evaluate_files([tiny[0]], tiny[1], ks=(1, 3, 5))  # the same floats
+
+
+def test_cli_conventions(tiny, tmp_path, cli):
+    out = tmp_path / "trec.json"
+    assert cli(*tiny, "--ks", "5", "--convention", "trec", "--json", out)[0] == 0
+    trec = json.loads(out.read_text())
+    oracle = trec_query_metrics_oracle([0.5, 0.9, 0.5, 0.1], [2, 0, 1, 1], (5,))
+    assert trec["ndcg@5"] == pytest.approx(oracle["ndcg@5"] / 2, abs=1e-15)
+    assert cli(*tiny, "--ks", "5", "--short-list", "ndcg_at_n", "--json", out)[0] == 0
+    assert json.loads(out.read_text())["ndcg@5"] == pytest.approx(QA_NDCG[3] / 2, abs=1e-15)
+    code, _, err = cli(*tiny, "--convention", "trec", "--short-list", "zero")
+    assert code == 2 and "quirk" in err
+
+
+def test_several_feature_files_gz_and_trailing_blank_line(tmp_path, cli):
+    first, second = tmp_path / "S1.txt", tmp_path / "S2.txt.gz"
+    lines = FEATURES.splitlines(keepends=True)
+    first.write_text("".join(lines[:4]))
+    with gzip.open(second, "wt") as handle:
+        handle.write("".join(lines[4:]))
+    predictions = tmp_path / "pred.txt"
+    predictions.write_text(PREDICTIONS + "\n")
+    means = evaluate_files([first, second], predictions, ks=(1, 3, 5))
+    for key, value in EXPECTED.items():
+        assert means[key] == pytest.approx(value, abs=1e-15), key
+    code, out, _ = cli(first, second, predictions)
+    assert code == 0 and "| 2 |" in out
+
+
+def test_line_count_mismatch_names_both_counts_and_files(tiny):
+    tiny[1].write_text("0.5\n0.9\n")
+    result = run_cli(*tiny)
+    assert result.returncode == 2
+    for part in ("6 lines", "2 scores", str(tiny[0]), str(tiny[1])):
+        assert part in result.stderr
+    with pytest.raises(ValueError, match="line count mismatch"):
+        evaluate_files([tiny[0]], tiny[1])
+
+
+@pytest.mark.parametrize("bad", ["abc", "nan", "", "1.0 2.0"])
+def test_bad_score_line_names_file_and_line(tiny, bad, cli):
+    tiny[1].write_text(PREDICTIONS.replace("2.0\n", f"{bad}\n"))
+    code, _, err = cli(*tiny)
+    assert code == 2 and f"{tiny[1]}:5" in err
+
+
+@pytest.mark.parametrize(
+    "bad", ["qid:7 1:0.1", "-1 qid:7 1:0.1", "x qid:7", "1 7 1:0.1", "1 qid: 1:0.1", ""]
+)
+def test_bad_feature_line_names_file_and_line(tiny, bad, cli):
+    lines = FEATURES.splitlines()
+    lines[2] = bad
+    tiny[0].write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=rf"{tiny[0].name}:3: bad feature line"):
+        read_labels_and_qids([tiny[0]])
+    code, _, err = cli(*tiny)
+    assert code == 2 and f"{tiny[0]}:3" in err
+
+
+def test_cli_needs_a_prediction_file(tiny, cli):
+    code, _, err = cli(tiny[0])
+    assert code == 2 and "PREDICTION_FILE" in err
+
+
+def test_reads_only_label_and_qid_with_stdlib_and_torch():
+    """The evaluator parses the first two tokens itself: no numpy / sklearn / lightning."""
+    tree = ast.parse((ROOT / "rankers" / "evaluate.py").read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            imported.add(node.module.split(".")[0])
+    assert imported <= {"__future__", "argparse", "gzip", "json", "math", "sys", "collections",
+                        "pathlib", "torch", "rankers"}  # fmt: skip
+
+
+@pytest.mark.skipif(not MQ2008.is_dir(), reason=f"MQ2008 not found at {MQ2008}")
+def test_mq2008_fold_file_matches_oracle(tmp_path):
+    """A real test file (S5, 156 queries) scored by feature 1 (many ties) against the oracle."""
+    path = MQ2008 / "S5.txt.gz"
+    with gzip.open(path, "rt") as handle:
+        lines = handle.read().splitlines()
+    predictions = tmp_path / "pred.txt"
+    scores = [float(line.split()[2].split(":")[1]) for line in lines]
+    predictions.write_text("".join(f"{s:.17g}\n" for s in scores))
+    ks = (1, 3, 5, 10)
+    means = evaluate_files([path], predictions, ks=ks)
+    queries: dict[str, tuple[list[float], list[int]]] = {}
+    for line, score in zip(lines, scores, strict=True):
+        label, qid = line.split()[:2]
+        queries.setdefault(qid, ([], []))
+        queries[qid][0].append(score)
+        queries[qid][1].append(int(label))
+    oracle = [letor_query_metrics_oracle(s, y, ks) for s, y in queries.values()]
+    assert len(oracle) == 156
+    for key, value in means.items():
+        assert value == pytest.approx(sum(q[key] for q in oracle) / len(oracle), abs=1e-12), key

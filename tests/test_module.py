@@ -1,0 +1,133 @@
+"""RankingModule / FullBatchModule glue: compatibility checks, penalties, constraints, outputs."""
+
+import pytest
+import torch
+from torch import nn
+
+from losses.ranknet import RankNetLoss
+from rankers.base import Ranker
+from rankers.linear import LinearRanker
+from rankers.module import FullBatchModule, RankingModule, check_loss_fits_ranker
+
+
+class BasisRanker(Ranker):
+    """A stand-in feature-space ranker that hands the loss a basis, like ConeRank."""
+
+    def __init__(self, n_features):
+        super().__init__()
+        self.n_features = n_features
+        self.basis = nn.Parameter(torch.ones(n_features, 2))
+        self.constrained = 0
+
+    def forward(self, features):
+        return features.sum(-1)
+
+    def loss_target(self, features):
+        return features
+
+    def loss_inputs(self):
+        return {"basis": self.basis}
+
+    def constrain(self):
+        self.constrained += 1
+
+
+class BasisLoss(nn.Module):
+    def forward(self, features, labels, mask, basis):
+        return (features @ basis).sum() * 0 + basis.square().sum()
+
+
+def adam(params):
+    return torch.optim.Adam(params, lr=0.1)
+
+
+def test_incompatible_pairs_name_the_fix():
+    with pytest.raises(ValueError, match="does not take \\['basis'\\].*model=conerank"):
+        check_loss_fits_ranker(BasisRanker(3), RankNetLoss())
+    with pytest.raises(ValueError, match="needs \\['basis'\\].*pair with"):
+        check_loss_fits_ranker(LinearRanker(3), BasisLoss())
+    check_loss_fits_ranker(BasisRanker(3), BasisLoss())
+    check_loss_fits_ranker(LinearRanker(3), RankNetLoss())
+
+
+def batch(b=2, l=4, f=3):
+    g = torch.Generator().manual_seed(0)
+    return {
+        "features": torch.randn(b, l, f, generator=g),
+        "labels": torch.tensor([[2.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]]),
+        "mask": torch.tensor([[True] * 4, [True, True, True, False]]),
+        "qid": torch.tensor([1, 2]),
+        "doc_index": torch.tensor([[0, 1, 2, 3], [4, 5, 6, -1]]),
+    }
+
+
+def test_penalty_is_l1_plus_l2_on_weights_only():
+    module = RankingModule(LinearRanker, RankNetLoss(), adam, n_features=3, l1=0.5, l2=2.0)
+    with torch.no_grad():
+        module.ranker.linear.weight.copy_(torch.tensor([[1.0, -2.0, 3.0]]))
+        module.ranker.linear.bias.fill_(100.0)
+    assert module.penalty().item() == pytest.approx(0.5 * 6 + 2.0 * 14)
+    with pytest.raises(ValueError, match="l1 and l2"):
+        RankingModule(LinearRanker, RankNetLoss(), adam, n_features=3, l1=-1.0)
+
+
+def test_training_step_and_constraint_hook():
+    module = RankingModule(BasisRanker, BasisLoss(), adam, n_features=3)
+    loss = module.batch_loss(batch())
+    assert loss.item() == pytest.approx(6.0)
+    optimizer = module.configure_optimizers()
+    assert isinstance(optimizer, torch.optim.Adam)
+
+
+def test_scores_by_row_requires_every_row_exactly_once():
+    module = RankingModule(LinearRanker, RankNetLoss(), adam, n_features=3)
+    module.test_rows = [torch.tensor([2, 0]), torch.tensor([1])]
+    module.test_scores = [torch.tensor([0.2, 0.0]), torch.tensor([0.1])]
+    assert module.scores_by_row(3).tolist() == pytest.approx([0.0, 0.1, 0.2])
+    with pytest.raises(RuntimeError, match="1 rows without a score"):
+        module.scores_by_row(4)
+    module.test_rows.append(torch.tensor([1]))
+    module.test_scores.append(torch.tensor([0.3]))
+    with pytest.raises(RuntimeError, match="1 with several"):
+        module.scores_by_row(3)
+
+
+class CountingSolver:
+    """A FullBatchSolver that moves the weights towards 1 and converges after three steps."""
+
+    def __init__(self, n_features):
+        self.ranker = LinearRanker(n_features)
+        self.converged = False
+        self.steps = 0
+
+    def fit_step(self, features, labels, mask):
+        self.steps += 1
+        with torch.no_grad():
+            self.ranker.linear.weight.add_(1.0)
+        self.converged = self.steps == 3
+        return {"steps": self.steps}
+
+
+def test_full_batch_module_runs_one_solver_step_per_epoch(tmp_path):
+    import pytorch_lightning as pl
+    from torch.utils.data import DataLoader
+
+    class Data(pl.LightningDataModule):
+        def full_batch(self, split):
+            return batch()
+
+        def train_dataloader(self):
+            return DataLoader([batch()] * 5, batch_size=None)
+
+        def val_dataloader(self):
+            return DataLoader([batch()], batch_size=None)
+
+    module = FullBatchModule(CountingSolver, RankNetLoss(), n_features=3)
+    trainer = pl.Trainer(
+        max_epochs=10, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=tmp_path,
+    )
+    trainer.fit(module, datamodule=Data())
+    assert module.solver.steps == 3  # stopped at convergence, one step per epoch
+    assert module.ranker.linear.weight.tolist() == [[3.0, 3.0, 3.0]]
+    assert "val/map" in trainer.callback_metrics
