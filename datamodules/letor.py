@@ -1,0 +1,522 @@
+"""LETOR DataModule: read a fold, cache, normalise, group queries, batch.
+
+Public API::
+
+    LetorDataModule(root, fold=1, normalization="zscore", batch_size=32, eval_batch_size=64,
+                    max_list=None, bucket_by_length=True, nan_policy="error", null_value=None,
+                    label_range=None, drop_train_queries_without_pairs=False, cache_dir=None,
+                    num_workers=0, seed=0)
+      .n_features              F = max feature index over the fold's files (loads lazily)
+      .label_levels            sorted distinct labels over all splits (loads lazily)
+      .feature_mean / .feature_std   zscore statistics of the training split (else None)
+      .setup(stage=None)       idempotent; parses (or loads the cache)
+      .train_dataloader() / .val_dataloader() / .test_dataloader() / .predict_dataloader()
+      .full_batch(split)       all queries of "train" | "val" | "test" as one padded batch
+      .split_files(split)      source files in concatenation order (no parsing)
+      .num_rows(split), .docids(split), .split_data(split) -> LetorSplit
+    resolve_fold_files(root, fold) -> {"train": [Path], "val": [Path], "test": [Path]}
+    ShardedQueryBatchSampler(lengths, batch_size, rank=, world_size=, shuffle=, ...)  # DDP
+
+Layouts: ``root/FoldN/{train,vali,test}.txt[.gz]``, or ``root/S1..S5.txt[.gz]`` with
+``root/folds.tsv`` (header ``fold train vali test``; rows like ``Fold1 S1,S2,S3 S4 S5``; a split
+is the concatenation of its S files in that order). A split's rows are numbered 0.. in that
+concatenation (``doc_index``). Rows of one qid form ONE query even when not contiguous, in file
+order; queries are ordered by first appearance. Batches follow ``datamodules/collate.py``.
+
+Options: ``normalization`` "none" | "zscore" (train mean/std; std 0 -> centred only) |
+"query_minmax" (LETOR QueryLevelNorm, 0 where max == min). ``max_list`` caps training lists by
+:func:`datamodules.sampling.subsample_query` each time a query is drawn; validation, test and
+``full_batch`` never cap. ``drop_train_queries_without_pairs`` drops (and logs) training queries
+whose documents share one label. Reader options are described in :mod:`datamodules.reader`.
+Under DDP (``trainer=ddp``, which sets ``use_distributed_sampler=False``) the loaders shard
+queries across processes themselves; evaluation scores every query exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytorch_lightning as pl
+import scipy.sparse as sp
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from datamodules.collate import collate_queries
+from datamodules.reader import check_read_options, read_letor_file
+from datamodules.sampling import QueryBatchSampler, subsample_query
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "val", "test")
+NORMALIZATIONS = ("none", "zscore", "query_minmax")
+_SPLIT_ALIASES = {
+    "train": "train",
+    "val": "val",
+    "vali": "val",
+    "validation": "val",
+    "test": "test",
+    "predict": "test",
+}
+_FOLD_FILE_STEMS = {"train": "train", "val": "vali", "test": "test"}
+
+
+class MissingLetorFileError(FileNotFoundError, ValueError):
+    """A file the fold needs is missing (a FileNotFoundError that is also a ValueError)."""
+
+
+def _existing(base: Path) -> Path:
+    """``base`` + ``.txt`` / ``.txt.gz`` (or ``base`` itself if it names a file)."""
+    candidates = [base] if base.suffix in (".txt", ".gz") else []
+    candidates += [base.with_name(base.name + ".txt"), base.with_name(base.name + ".txt.gz")]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    tried = " or ".join(str(c) for c in candidates)
+    raise MissingLetorFileError(f"missing LETOR fold file: {tried}")
+
+
+def resolve_fold_files(root, fold: int) -> dict[str, list[Path]]:
+    """The source files of each split of ``fold``, in concatenation order."""
+    root = Path(root).expanduser()
+    if not root.is_dir():
+        raise MissingLetorFileError(f"LETOR root directory does not exist: {root}")
+    fold_dir = root / f"Fold{fold}"
+    if fold_dir.is_dir():
+        return {split: [_existing(fold_dir / stem)] for split, stem in _FOLD_FILE_STEMS.items()}
+    table = root / "folds.tsv"
+    if not table.is_file():
+        raise MissingLetorFileError(
+            f"{root} is not a LETOR directory: neither {fold_dir}/ nor {table} exists"
+        )
+    rows = [line.split() for line in table.read_text().splitlines()]
+    numbered = [(n, row) for n, row in enumerate(rows, start=1) if row]
+    if not numbered or [c.lower() for c in numbered[0][1]] != ["fold", "train", "vali", "test"]:
+        raise ValueError(f"{table}:1: header must be 'fold train vali test'")
+    for number, row in numbered[1:]:
+        if row[0].lower() not in (f"fold{fold}", str(fold)):
+            continue
+        if len(row) != 4:
+            raise ValueError(f"{table}:{number}: expected 4 columns (fold train vali test)")
+        return {
+            split: [_existing(root / name) for name in column.split(",") if name]
+            for split, column in zip(SPLITS, row[1:], strict=True)
+        }
+    raise ValueError(f"{table}: no row for Fold{fold}")
+
+
+@dataclass
+class LetorSplit:
+    """One split as read: rows in source order, and the query grouping.
+
+    ``features`` float32 [N, F] (normalised), ``labels`` float32 [N], ``qids`` int64 [N],
+    ``docids`` str [N]; query ``q`` has id ``query_ids[q]`` and rows ``query_rows[q]``
+    (int64, file order). ``queries`` are the indices of the queries served by the loaders
+    (all of them except for a training split with a drop policy).
+    """
+
+    name: str
+    files: list[Path]
+    features: np.ndarray
+    labels: np.ndarray
+    qids: np.ndarray
+    docids: np.ndarray
+    query_ids: np.ndarray
+    query_rows: list[np.ndarray]
+    queries: np.ndarray
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.labels)
+
+
+class LetorQueryDataset(Dataset):
+    """Queries of one split. A key is a query position, or ``(position, draw_seed)`` to draw a
+    ``max_list`` subsample (what the training sampler yields); plain keys give whole lists."""
+
+    def __init__(self, split: LetorSplit, max_list: int | None = None):
+        self.features = torch.from_numpy(split.features)
+        self.labels = torch.from_numpy(split.labels)
+        self.rows = [split.query_rows[q] for q in split.queries]
+        self.query_ids = split.query_ids[split.queries]
+        self.max_list = max_list
+        full = np.asarray([len(r) for r in self.rows], dtype=np.int64)
+        self.lengths = full if max_list is None else np.minimum(full, max_list)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, key) -> dict:
+        index, draw_seed = key if isinstance(key, tuple) else (key, None)
+        rows = self.rows[index]
+        if draw_seed is not None and self.max_list is not None and len(rows) > self.max_list:
+            labels = self.labels.numpy()[rows]
+            rows = rows[subsample_query(labels, self.max_list, np.random.default_rng(draw_seed))]
+        index_tensor = torch.from_numpy(rows)
+        return {
+            "features": self.features[index_tensor],
+            "labels": self.labels[index_tensor],
+            "qid": int(self.query_ids[index]),
+            "doc_index": index_tensor,
+        }
+
+
+def _check_int(name: str, value, minimum: int, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an int, got {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
+        raise ValueError(f"{name} must be {bound}, got {value!r}")
+    return int(value)
+
+
+def _check_bool(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+class LetorDataModule(pl.LightningDataModule):
+    """LETOR folds as padded query batches (see the module docstring for every option)."""
+
+    def __init__(
+        self,
+        root,
+        fold: int = 1,
+        normalization: str = "zscore",
+        batch_size: int = 32,
+        eval_batch_size: int = 64,
+        max_list: int | None = None,
+        bucket_by_length: bool = True,
+        nan_policy: str = "error",
+        null_value: float | None = None,
+        label_range=None,
+        drop_train_queries_without_pairs: bool = False,
+        cache_dir=None,
+        num_workers: int = 0,
+        seed: int = 0,
+    ):
+        super().__init__()
+        if root is None and type(self) is LetorDataModule:
+            raise ValueError("root must be the path of a LETOR directory, got None")
+        if root is not None and not isinstance(root, (str, Path)):
+            raise ValueError(f"root must be a path, got {root!r}")
+        self.root = None if root is None else Path(root).expanduser()
+        self.fold = _check_int("fold", fold, 1, 5)
+        if normalization not in NORMALIZATIONS:
+            raise ValueError(
+                f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}"
+            )
+        self.normalization = normalization
+        self.batch_size = _check_int("batch_size", batch_size, 1)
+        self.eval_batch_size = _check_int("eval_batch_size", eval_batch_size, 1)
+        if max_list is not None:
+            max_list = _check_int("max_list", max_list, 2)
+        self.max_list = max_list
+        self.bucket_by_length = _check_bool("bucket_by_length", bucket_by_length)
+        self.null_value, self.label_range = check_read_options(nan_policy, null_value, label_range)
+        self.nan_policy = nan_policy
+        self.drop_train_queries_without_pairs = _check_bool(
+            "drop_train_queries_without_pairs", drop_train_queries_without_pairs
+        )
+        if cache_dir is not None and not isinstance(cache_dir, (str, Path)):
+            raise ValueError(f"cache_dir must be a path or None, got {cache_dir!r}")
+        self.cache_dir = None if cache_dir is None else Path(cache_dir).expanduser()
+        self.num_workers = _check_int("num_workers", num_workers, 0)
+        self.seed = _check_int("seed", seed, 0)
+        self._splits: dict[str, LetorSplit] | None = None
+        self._datasets: dict[str, LetorQueryDataset] = {}
+        self._n_features: int | None = None
+        self._zscore: tuple[np.ndarray, np.ndarray] | None = None
+
+    # ---- files -------------------------------------------------------------------------------
+
+    def _data_root(self) -> Path:
+        """The directory to read (subclasses may create it first)."""
+        return self.root
+
+    def split_files(self, split: str) -> list[Path]:
+        """The source files of ``split`` in concatenation order (no parsing)."""
+        return resolve_fold_files(self._data_root(), self.fold)[self._split_name(split)]
+
+    @staticmethod
+    def _split_name(split: str) -> str:
+        if split not in _SPLIT_ALIASES:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        return _SPLIT_ALIASES[split]
+
+    # ---- loading -----------------------------------------------------------------------------
+
+    def prepare_data(self) -> None:
+        """Nothing to download; ``setup`` parses (cached) on every process."""
+
+    def setup(self, stage: str | None = None) -> None:
+        self._load()
+
+    def _load(self) -> None:
+        if self._splits is not None:
+            return
+        files = resolve_fold_files(self._data_root(), self.fold)
+        parsed = {}
+        for path in dict.fromkeys(p for paths in files.values() for p in paths):
+            parsed[path] = read_letor_file(
+                path,
+                nan_policy=self.nan_policy,
+                null_value=self.null_value,
+                label_range=self.label_range,
+                cache_dir=self.cache_dir,
+            )
+        n_features = max(f.max_feature_index for f in parsed.values())
+        splits = {
+            name: self._build_split(name, paths, [parsed[p] for p in paths], n_features)
+            for name, paths in files.items()
+        }
+        self._normalize(splits)
+        self._n_features = n_features
+        self._splits = splits
+        self._datasets = {
+            name: LetorQueryDataset(split, self.max_list if name == "train" else None)
+            for name, split in splits.items()
+        }
+
+    def _build_split(self, name, paths, parts, n_features) -> LetorSplit:
+        matrices = [
+            sp.csr_matrix(
+                (p.features.data, p.features.indices, p.features.indptr),
+                shape=(p.num_rows, n_features),
+            )
+            for p in parts
+        ]
+        features = sp.vstack(matrices, format="csr").toarray()
+        labels = np.concatenate([p.labels for p in parts])
+        qids = np.concatenate([p.qids for p in parts])
+        docids = np.concatenate([p.docids for p in parts])
+        query_ids, query_rows = _group_queries(qids, name)
+        queries = np.arange(len(query_ids))
+        if name == "train" and self.drop_train_queries_without_pairs:
+            has_pairs = np.asarray([labels[r].max() > labels[r].min() for r in query_rows])
+            queries = queries[has_pairs]
+            log.info(
+                "dropped %d of %d training queries without preference pairs "
+                "(drop_train_queries_without_pairs=True)",
+                len(query_ids) - len(queries),
+                len(query_ids),
+            )
+            if len(queries) == 0:
+                raise ValueError("no training query has two distinct labels; nothing to train on")
+        return LetorSplit(
+            name=name,
+            files=list(paths),
+            features=features,
+            labels=labels,
+            qids=qids,
+            docids=docids,
+            query_ids=query_ids,
+            query_rows=query_rows,
+            queries=queries,
+        )
+
+    def _normalize(self, splits: dict[str, LetorSplit]) -> None:
+        """Normalise features in float64, then store float32."""
+        if self.normalization == "zscore":
+            train = splits["train"].features
+            mean = np.nanmean(train, axis=0)
+            std = np.nanstd(train, axis=0)
+            std = np.where(std > 0, std, 1.0)  # constant feature: centre only
+            self._zscore = (mean, std)
+            for split in splits.values():
+                split.features = (split.features - mean) / std
+        elif self.normalization == "query_minmax":
+            for split in splits.values():
+                split.features = _query_minmax(split.features, split.query_rows)
+        for split in splits.values():
+            split.features = np.ascontiguousarray(split.features, dtype=np.float32)
+            split.labels = split.labels.astype(np.float32)
+
+    # ---- properties --------------------------------------------------------------------------
+
+    @property
+    def n_features(self) -> int:
+        """Number of features F (max 1-based index over the fold's files)."""
+        self._load()
+        return self._n_features
+
+    @property
+    def feature_mean(self) -> np.ndarray | None:
+        """Training mean per feature (``normalization="zscore"``; else None)."""
+        self._load()
+        return None if self._zscore is None else self._zscore[0]
+
+    @property
+    def feature_std(self) -> np.ndarray | None:
+        """Training std per feature, 1 where it is 0 (``normalization="zscore"``; else None)."""
+        self._load()
+        return None if self._zscore is None else self._zscore[1]
+
+    @property
+    def label_levels(self) -> tuple[float, ...]:
+        """Distinct labels present in the data (all splits)."""
+        self._load()
+        labels = np.concatenate([s.labels for s in self._splits.values()])
+        return tuple(float(v) for v in np.unique(labels))
+
+    def split_data(self, split: str) -> LetorSplit:
+        self._load()
+        return self._splits[self._split_name(split)]
+
+    def num_rows(self, split: str) -> int:
+        """Rows of the split's source files (dropped training queries included)."""
+        return self.split_data(split).num_rows
+
+    def docids(self, split: str) -> list[str]:
+        """Doc id of every row of the split, in source order."""
+        return self.split_data(split).docids.tolist()
+
+    def dataset(self, split: str) -> LetorQueryDataset:
+        self._load()
+        return self._datasets[self._split_name(split)]
+
+    # ---- loaders -----------------------------------------------------------------------------
+
+    def _loader(self, split: str) -> DataLoader:
+        dataset = self.dataset(split)
+        train = self._split_name(split) == "train"
+        options = dict(
+            shuffle=train,
+            bucket_by_length=self.bucket_by_length,
+            seed=self.seed,
+            draw_seeds=train and self.max_list is not None,
+        )
+        batch_size = self.batch_size if train else self.eval_batch_size
+        trainer = self.trainer  # set by Lightning when it runs this DataModule
+        if trainer is not None and trainer.world_size > 1:
+            rank, world_size = trainer.global_rank, trainer.world_size
+            sampler = ShardedQueryBatchSampler(
+                dataset.lengths, batch_size, rank=rank, world_size=world_size, **options
+            )
+        else:
+            sampler = QueryBatchSampler(dataset.lengths, batch_size, **options)
+        return DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            collate_fn=collate_queries,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train")
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test")
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader("test")
+
+    def full_batch(self, split: str) -> dict[str, torch.Tensor]:
+        """Every served query of ``split`` as one padded batch, whole lists (no ``max_list``)."""
+        dataset = self.dataset(split)
+        return collate_queries([dataset[i] for i in range(len(dataset))])
+
+
+class ShardedQueryBatchSampler(Sampler):
+    """Process ``rank`` of ``world_size``'s batches under DDP (``use_distributed_sampler=False``).
+
+    Queries are dealt round-robin to the processes, then each share is batched by
+    :class:`~datamodules.sampling.QueryBatchSampler` with the same options.
+
+    * Evaluation (``shuffle=False``): queries sorted by length are dealt once, so every query is
+      scored by exactly one process (no padding, no duplicates; shares differ by at most one
+      query) and synced metrics and gathered predictions equal a single process's.
+    * Training (``shuffle=True``): a new permutation each epoch, seeded by ``(seed, epoch)`` and
+      the same on every process, padded by repeating its first queries to a multiple of
+      ``world_size``, so every process has the same number of batches (DDP all-reduces
+      gradients once per batch).
+    """
+
+    def __init__(self, lengths, batch_size: int, *, rank: int, world_size: int, shuffle: bool,
+                 **options):
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        world_size = _check_int("world_size", world_size, 1)
+        self.rank = _check_int("rank", rank, 0, world_size - 1)
+        if len(self.lengths) < world_size:
+            raise ValueError(
+                f"{len(self.lengths)} queries cannot be shared by {world_size} processes "
+                "(every process needs one); use fewer devices"
+            )
+        self.world_size, self.batch_size, self.shuffle = world_size, batch_size, shuffle
+        self.options = options
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def _share(self, epoch: int) -> tuple[np.ndarray, QueryBatchSampler]:
+        n = len(self.lengths)
+        if self.shuffle:
+            order = np.random.default_rng([self.options.get("seed", 0), epoch, 2]).permutation(n)
+            order = np.resize(order, -(-n // self.world_size) * self.world_size)
+        else:
+            order = np.argsort(self.lengths, kind="stable")
+        mine = order[self.rank :: self.world_size]
+        batches = QueryBatchSampler(
+            self.lengths[mine], self.batch_size, shuffle=self.shuffle, **self.options
+        )
+        batches.set_epoch(epoch)
+        return mine, batches
+
+    def __len__(self) -> int:
+        return len(self._share(self.epoch)[1])
+
+    def __iter__(self) -> Iterator[list]:
+        epoch = self.epoch
+        self.epoch += 1
+        mine, batches = self._share(epoch)
+        for batch in batches:  # local positions -> the split's query positions
+            if self.options.get("draw_seeds"):
+                yield [(int(mine[i]), seed) for i, seed in batch]
+            else:
+                yield [int(mine[i]) for i in batch]
+
+
+def _group_queries(qids: np.ndarray, split: str) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Group rows by qid (order of first appearance; rows keep file order)."""
+    unique, first, inverse = np.unique(qids, return_index=True, return_inverse=True)
+    rank = np.empty(len(unique), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(unique))
+    query_of_row = rank[inverse.reshape(-1)]
+    order = np.argsort(query_of_row, kind="stable")
+    counts = np.bincount(query_of_row, minlength=len(unique))
+    query_rows = np.split(order.astype(np.int64), np.cumsum(counts)[:-1])
+    block_qids = qids[np.flatnonzero(np.r_[True, qids[1:] != qids[:-1]])]
+    split_qids = int(np.count_nonzero(np.bincount(np.searchsorted(unique, block_qids)) > 1))
+    if split_qids:
+        log.info(
+            "%s: %d query ids occur in non-contiguous blocks; each is grouped into one query "
+            "(file order kept)",
+            split,
+            split_qids,
+        )
+    return unique[np.argsort(first, kind="stable")], query_rows
+
+
+def _query_minmax(features: np.ndarray, query_rows: list[np.ndarray]) -> np.ndarray:
+    """LETOR QueryLevelNorm: per query and feature (x - min) / (max - min), 0 if max == min."""
+    out = np.zeros_like(features)
+    order = np.concatenate(query_rows)
+    starts = np.cumsum([0] + [len(r) for r in query_rows[:-1]])
+    grouped = features[order]
+    low = np.minimum.reduceat(grouped, starts, axis=0)
+    high = np.maximum.reduceat(grouped, starts, axis=0)
+    lengths = np.asarray([len(r) for r in query_rows])
+    low, span = np.repeat(low, lengths, axis=0), np.repeat(high - low, lengths, axis=0)
+    safe = np.where(span > 0, span, 1.0)
+    out[order] = np.where(span > 0, (grouped - low) / safe, 0.0)
+    return out
