@@ -122,12 +122,20 @@ def test_full_batch_module_runs_one_solver_step_per_epoch(tmp_path):
         def val_dataloader(self):
             return DataLoader([batch()], batch_size=None)
 
+    class CountingValidation(pl.Callback):
+        epochs = 0
+
+        def on_validation_epoch_end(self, trainer, module):
+            CountingValidation.epochs += 1
+
     module = FullBatchModule(CountingSolver, RankNetLoss(), n_features=3)
     trainer = pl.Trainer(
+        callbacks=[CountingValidation()], num_sanity_val_steps=0,
         max_epochs=10, logger=False, enable_checkpointing=False, enable_progress_bar=False,
         enable_model_summary=False, default_root_dir=tmp_path,
     )
     trainer.fit(module, datamodule=Data())
     assert module.solver.steps == 3  # stopped at convergence, one step per epoch
+    assert CountingValidation.epochs == 3  # validated after every solver step
     assert module.ranker.linear.weight.tolist() == [[3.0, 3.0, 3.0]]
     assert "val/map" in trainer.callback_metrics

@@ -1,0 +1,157 @@
+"""Structured NDCG@k hinge (large-margin structured ranking; Chapelle, Le & Smola 2007).
+
+Paper: "Large Margin Optimization of Ranking Measures" (NIPS 2007 workshop), as reproduced in the
+report ``papers/large-margin-structured-ranking.txt`` (eqs. 3, 8–12); maths in SPEC §4, A12–A13.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from losses.inputs import check_list_inputs
+from losses.ndcg_assignment import (
+    assignment_positions,
+    gains_and_ideal_dcg,
+    label_level_dp,
+    position_discounts,
+    position_weights,
+    ystar_positions,
+)
+from losses.pairs import valid_queries
+from losses.reduction import check_reduction, reduce_queries
+
+YSTARS = ("compatible", "index")
+SOLVERS = ("dp", "assignment")
+
+
+def _check_options(k: int, ystar: str, solver: str) -> None:
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k (the NDCG truncation) must be an integer >= 1, got {k!r}")
+    if ystar not in YSTARS:
+        raise ValueError(f"ystar must be one of {YSTARS}, got {ystar!r}")
+    if solver not in SOLVERS:
+        raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
+
+
+@torch.no_grad()
+def hinge_inference(
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    k: int = 10,
+    ystar: str = "compatible",
+    solver: str = "dp",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The non-differentiable half of the hinge: ŷ (eq. 12), y* and Δ(ŷ), without grad.
+
+    Shared by :func:`structured_hinge_loss` and the cutting-plane solver
+    (``rankers.hinge_cutting_plane``), whose constraint for query q is the joint feature
+    ``Σ_i x_i A(ŷ_i)`` with offset ``Δ(ŷ)``.
+
+    Shape:
+        scores, labels, mask: [B, L] (padded scores must be finite) -> ``A(ŷ_i)`` [B, L],
+        ``A(y*_i)`` [B, L] (0 at padding), ``Δ(ŷ)`` [B] and ``valid`` [B] bool.
+    """
+    _check_options(k, ystar, solver)
+    dtype = scores.dtype
+    gains, ideal = gains_and_ideal_dcg(labels, mask, k, dtype)
+    valid = valid_queries(labels, mask) & (ideal > 0)
+    if solver == "dp":
+        worst = label_level_dp(scores, gains, ideal, labels, mask, k)
+    else:
+        worst = assignment_positions(scores, gains, ideal, mask, k)
+    best = ystar_positions(scores, labels, mask, ystar, k)
+    zero = torch.zeros((), dtype=dtype, device=scores.device)
+    weight_hat = torch.where(mask, position_weights(worst, k).to(dtype), zero)
+    weight_star = torch.where(mask, position_weights(best, k).to(dtype), zero)
+    discount = torch.where(mask, position_discounts(worst, k, dtype), zero)
+    safe_ideal = torch.where(valid, ideal, torch.ones_like(ideal))
+    # Δ ≥ 0 exactly; clamping removes the 1e-16 rounding of 1 − NDCG at ŷ = y*
+    delta = (1.0 - (gains * discount).sum(dim=-1) / safe_ideal).clamp(min=0.0)
+    return weight_hat, weight_star, delta, valid
+
+
+def structured_hinge_loss(
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    k: int = 10,
+    ystar: str = "compatible",
+    solver: str = "dp",
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """Margin-rescaled structured hinge for ``Δ = 1 − NDCG@k`` (SPEC §4.2, report eq. 11).
+
+    ``ξ_q = max_y [Δ_q(y) + Σ_i A(y_i) s_i] − Σ_i A(y*_i) s_i`` with ``A(r) = max(k + 1 − r, 0)``,
+    gains ``2^label − 1`` and discount ``1/log2(1 + r)`` (A13). ``y*`` is the correct ranking
+    most compatible with the scores, (label desc, score desc), or ``ystar="index"`` for a fixed
+    index tie-break (convex in s; A12). The loss-augmented argmax ŷ (eq. 12) is exact:
+    ``solver="dp"`` runs the batched label-level DP on the scores' device, ``"assignment"`` one
+    rectangular assignment per query on CPU (``losses.ndcg_assignment``). ŷ and y* carry no
+    gradient, so ``ξ = Δ(ŷ) + Σ_i s_i (A(ŷ_i) − A(y*_i))`` and ``∂ξ/∂s_i = A(ŷ_i) − A(y*_i)``
+    (§4.3). ``ξ_q ≥ 1 − NDCG@k(sort(s)) ≥ 0``. Queries with a single label value or no relevant
+    document are invalid and give 0.
+
+    Shape:
+        scores, labels, mask: [B, L] (mask bool, True = real document) -> scalar, or [B] with
+        ``reduction="none"``.
+
+    Example:
+        >>> scores = torch.tensor([[0.1, 0.2, 0.9, float("nan")]], requires_grad=True)
+        >>> labels = torch.tensor([[2.0, 0.0, 1.0, 0.0]])
+        >>> mask = torch.tensor([[True, True, True, False]])
+        >>> loss = structured_hinge_loss(scores, labels, mask, k=2)
+        >>> round(loss.item(), 4)
+        1.6246
+        >>> loss.backward()
+        >>> scores.grad
+        tensor([[-2.,  1.,  1.,  0.]])
+    """
+    check_list_inputs(scores, labels, mask)
+    _check_options(k, ystar, solver)
+    check_reduction(reduction)
+    safe_scores = torch.where(mask, scores, torch.zeros_like(scores))
+    weight_hat, weight_star, delta, valid = hinge_inference(
+        safe_scores.detach(), labels, mask, k=k, ystar=ystar, solver=solver
+    )
+    per_query = delta + (safe_scores * (weight_hat - weight_star)).sum(dim=-1)
+    return reduce_queries(per_query, valid, reduction)
+
+
+class StructuredHingeLoss(nn.Module):
+    """Module form of :func:`structured_hinge_loss` (no learnable parameters).
+
+    Example:
+        >>> loss = StructuredHingeLoss(k=10)
+        >>> float(loss(torch.tensor([[3.0, 1.0]]), torch.tensor([[1.0, 0.0]]),
+        ...            torch.ones(1, 2, dtype=torch.bool)))
+        0.0
+    """
+
+    def __init__(
+        self,
+        *,
+        k: int = 10,
+        ystar: str = "compatible",
+        solver: str = "dp",
+        reduction: str = "mean",
+    ) -> None:
+        super().__init__()
+        _check_options(k, ystar, solver)
+        self.k = k
+        self.ystar = ystar
+        self.solver = solver
+        self.reduction = check_reduction(reduction)
+
+    def forward(
+        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        return structured_hinge_loss(scores, labels, mask, k=self.k, ystar=self.ystar,
+                                     solver=self.solver, reduction=self.reduction)
+
+    def extra_repr(self) -> str:
+        return (f"k={self.k}, ystar={self.ystar!r}, solver={self.solver!r}, "
+                f"reduction={self.reduction!r}")
