@@ -15,7 +15,7 @@ Public API::
       .split_files(split)      source files in concatenation order (no parsing)
       .num_rows(split), .docids(split), .split_data(split) -> LetorSplit
     resolve_fold_files(root, fold) -> {"train": [Path], "val": [Path], "test": [Path]}
-    ShardedQueryBatchSampler(lengths, batch_size, rank=, world_size=, shuffle=, ...)  # DDP
+    ShardedQueryBatchSampler(lengths, batch_size, rank=, world_size=, shuffle=, ...)
 
 Layouts: ``root/FoldN/{train,vali,test}.txt[.gz]``, or ``root/S1..S5.txt[.gz]`` with
 ``root/folds.tsv`` (header ``fold train vali test``; rows like ``Fold1 S1,S2,S3 S4 S5``; a split
@@ -393,13 +393,10 @@ class LetorDataModule(pl.LightningDataModule):
         )
         batch_size = self.batch_size if train else self.eval_batch_size
         trainer = self.trainer  # set by Lightning when it runs this DataModule
-        if trainer is not None and trainer.world_size > 1:
-            rank, world_size = trainer.global_rank, trainer.world_size
-            sampler = ShardedQueryBatchSampler(
-                dataset.lengths, batch_size, rank=rank, world_size=world_size, **options
-            )
-        else:
-            sampler = QueryBatchSampler(dataset.lengths, batch_size, **options)
+        rank, world_size = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
+        sampler = ShardedQueryBatchSampler(
+            dataset.lengths, batch_size, rank=rank, world_size=world_size, **options
+        )
         return DataLoader(
             dataset,
             batch_sampler=sampler,
@@ -427,10 +424,10 @@ class LetorDataModule(pl.LightningDataModule):
 
 
 class ShardedQueryBatchSampler(Sampler):
-    """Process ``rank`` of ``world_size``'s batches under DDP (``use_distributed_sampler=False``).
+    """The loaders' batches: :class:`~datamodules.sampling.QueryBatchSampler` over the share of
+    the queries that process ``rank`` of ``world_size`` serves (all of them in one process).
 
-    Queries are dealt round-robin to the processes, then each share is batched by
-    :class:`~datamodules.sampling.QueryBatchSampler` with the same options.
+    Under DDP (``use_distributed_sampler=False``) queries are dealt round-robin:
 
     * Evaluation (``shuffle=False``): queries sorted by length are dealt once, so every query is
       scored by exactly one process (no padding, no duplicates; shares differ by at most one
@@ -439,6 +436,10 @@ class ShardedQueryBatchSampler(Sampler):
       the same on every process, padded by repeating its first queries to a multiple of
       ``world_size``, so every process has the same number of batches (DDP all-reduces
       gradients once per batch).
+
+    ``sampler`` is this object itself: Lightning calls ``batch_sampler.sampler.set_epoch`` at
+    every epoch start (never ``batch_sampler.set_epoch``), and that is what makes a run resumed
+    from a checkpoint draw the same batches as an uninterrupted one.
     """
 
     def __init__(self, lengths, batch_size: int, *, rank: int, world_size: int, shuffle: bool,
@@ -455,12 +456,18 @@ class ShardedQueryBatchSampler(Sampler):
         self.options = options
         self.epoch = 0
 
+    @property
+    def sampler(self) -> ShardedQueryBatchSampler:
+        return self
+
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
 
     def _share(self, epoch: int) -> tuple[np.ndarray, QueryBatchSampler]:
         n = len(self.lengths)
-        if self.shuffle:
+        if self.world_size == 1:
+            order = np.arange(n)
+        elif self.shuffle:
             order = np.random.default_rng([self.options.get("seed", 0), epoch, 2]).permutation(n)
             order = np.resize(order, -(-n // self.world_size) * self.world_size)
         else:

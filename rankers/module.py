@@ -88,7 +88,8 @@ def check_loss_fits_ranker(ranker: Ranker, loss: nn.Module) -> None:
 
 
 class EvaluationModule(pl.LightningModule):
-    """Validation and test with LETOR-exact metrics; keeps the test scores per source row."""
+    """Validation and test with LETOR-exact metrics; keeps the test (or predict) scores per
+    source row, gathered from every process under DDP."""
 
     def __init__(self, ranker: Ranker, loss: nn.Module, ks: Sequence[int]) -> None:
         super().__init__()
@@ -118,13 +119,39 @@ class EvaluationModule(pl.LightningModule):
         self.test_rows, self.test_scores = [], []
 
     def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        scores = self(batch["features"])
+        scores = self._keep_scores(batch)
         self.test_metrics.update(scores, batch["labels"], batch["mask"])
-        self.test_rows.append(batch["doc_index"][batch["mask"]].cpu())
-        self.test_scores.append(scores.detach()[batch["mask"]].cpu())
 
     def on_test_epoch_end(self) -> None:
         self._log_metrics("test", self.test_metrics)
+        self._gather_scores()
+
+    def on_predict_epoch_start(self) -> None:
+        self.test_rows, self.test_scores = [], []
+
+    def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        return self._keep_scores(batch)  # train.py predicts with return_predictions=False
+
+    def on_predict_epoch_end(self) -> None:
+        self._gather_scores()
+
+    def _keep_scores(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        scores = self(batch["features"])
+        self.test_rows.append(batch["doc_index"][batch["mask"]].cpu())
+        self.test_scores.append(scores.detach()[batch["mask"]].cpu())
+        return scores
+
+    def _gather_scores(self) -> None:
+        """Under DDP each process scored its shard of the queries; every process gets them all."""
+        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+            return
+        empty = [torch.empty(0, dtype=torch.long)], [torch.empty(0)]
+        rows, scores = (self.test_rows, self.test_scores) if self.test_rows else empty
+        mine = (torch.cat(rows), torch.cat(scores))
+        shards = [None] * torch.distributed.get_world_size()
+        torch.distributed.all_gather_object(shards, mine)
+        self.test_rows = [rows for rows, _ in shards]
+        self.test_scores = [scores for _, scores in shards]
 
     def scores_by_row(self, num_rows: int) -> torch.Tensor:
         """The last test run's scores as a float64 [num_rows] vector in source-file row order.
@@ -146,7 +173,9 @@ class EvaluationModule(pl.LightningModule):
 
     def _log_metrics(self, stage: str, metric: LetorMetric) -> None:
         values = metric.compute()
-        self.log_dict({f"{stage}/{key}": value.float() for key, value in values.items()})
+        # Synced already (equal on every process): sync_dist only averages equal values.
+        logged = {f"{stage}/{key}": value.float() for key, value in values.items()}
+        self.log_dict(logged, sync_dist=True)
         metric.reset()
 
 
@@ -191,7 +220,8 @@ class RankingModule(EvaluationModule):
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss = self.batch_loss(batch)
-        self.log("train/loss", loss, batch_size=batch["mask"].shape[0], on_step=False, on_epoch=True)
+        size = batch["mask"].shape[0]
+        self.log("train/loss", loss, batch_size=size, on_epoch=True, on_step=False, sync_dist=True)
         return loss + self.penalty()
 
     def optimizer_step(self, *args, **kwargs) -> None:
@@ -227,9 +257,9 @@ class FullBatchModule(EvaluationModule):
     def on_fit_start(self) -> None:
         batch = self.trainer.datamodule.full_batch("train")
         self.train_batch = {key: value.to(self.device) for key, value in batch.items()}
-
-    def on_train_batch_start(self, batch, batch_idx: int) -> int | None:
-        return -1 if batch_idx > 0 else None  # one solver step per epoch, on the full batch
+        # One solver step per epoch: the loader's batches only pace the epochs, so draw just one
+        # (the fit loop sizes its epochs after this hook; validation still runs every epoch).
+        self.trainer.limit_train_batches = 1
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         full = self.train_batch
@@ -238,7 +268,10 @@ class FullBatchModule(EvaluationModule):
             loss = self.batch_loss(full)
         size = full["mask"].shape[0]
         self.log("train/loss", loss, batch_size=size, on_step=False, on_epoch=True)
-        self.log_dict({f"train/{k}": float(v) for k, v in stats.items()}, batch_size=size)
+        self.log_dict(
+            {f"train/{k}": float(v) for k, v in stats.items()},
+            batch_size=size, on_step=False, on_epoch=True,
+        )
         if self.solver.converged:
             self.trainer.should_stop = True
 
