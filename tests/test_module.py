@@ -129,13 +129,15 @@ def test_full_batch_module_runs_one_solver_step_per_epoch(tmp_path):
             CountingValidation.epochs += 1
 
     module = FullBatchModule(CountingSolver, RankNetLoss(), n_features=3)
+    checkpoint = pl.callbacks.ModelCheckpoint(dirpath=tmp_path, monitor="val/map", mode="max")
     trainer = pl.Trainer(
-        callbacks=[CountingValidation()], num_sanity_val_steps=0,
-        max_epochs=10, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        callbacks=[CountingValidation(), checkpoint], num_sanity_val_steps=0,
+        max_epochs=10, logger=False, enable_progress_bar=False,
         enable_model_summary=False, default_root_dir=tmp_path,
     )
     trainer.fit(module, datamodule=Data())
     assert module.solver.steps == 3  # stopped at convergence, one step per epoch
     assert CountingValidation.epochs == 3  # validated after every solver step
+    assert trainer.global_step == 3 and checkpoint.best_model_path  # best epoch checkpointed
     assert module.ranker.linear.weight.tolist() == [[3.0, 3.0, 3.0]]
     assert "val/map" in trainer.callback_metrics
