@@ -1,0 +1,328 @@
+"""ConvexLoss and its relatives: conditional models over rankings (Dubey, Machchhar, Bhattacharyya,
+Chakrabarti, "Conditional Models for Non-smooth Ranking Loss Functions", ICDM 2009; SPEC §5)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from losses.inputs import check_list_inputs
+from losses.pairs import preference_mask, valid_queries
+from losses.ranking_sampler import (
+    ACCEPTS,
+    DELTAS,
+    QueryTables,
+    SampleSet,
+    first_occurrences,
+    order_constants,
+    order_hashes,
+    query_tables,
+    run_sampler,
+)
+from losses.reduction import check_reduction, reduce_queries
+
+SPACES = ("permutations", "pairs")
+OBJECTIVES = ("convex", "mle", "expgain")
+REFRESHES = ("step", "epoch")
+
+
+def check_convex_options(
+    *,
+    delta: str,
+    num_samples: int,
+    restart_skew: float,
+    walk_length: int,
+    space: str,
+    objective: str,
+    accept: str,
+    ndcg_k: int | None,
+    num_chains: int | None,
+) -> None:
+    """Raise a ValueError naming the first bad hyperparameter of :func:`convex_loss`."""
+    for name, value, allowed in (
+        ("delta", delta, DELTAS),
+        ("space", space, SPACES),
+        ("objective", objective, OBJECTIVES),
+        ("accept", accept, ACCEPTS),
+    ):
+        if value not in allowed:
+            raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+    for name, value in (("num_samples", num_samples), ("walk_length", walk_length)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    if num_chains is not None and (not isinstance(num_chains, int) or num_chains < 1):
+        raise ValueError(f"num_chains must be None or an int >= 1, got {num_chains!r}")
+    if ndcg_k is not None and (not isinstance(ndcg_k, int) or ndcg_k < 1):
+        raise ValueError(f"ndcg_k must be None (full list) or an int >= 1, got {ndcg_k!r}")
+    if not isinstance(restart_skew, (int, float)) or restart_skew != restart_skew:
+        raise ValueError(f"restart_skew must be a finite number, got {restart_skew!r}")
+    if space == "pairs" and (delta != "auc" or objective == "expgain"):
+        raise ValueError(
+            'space="pairs" (the closed form of SPEC §5.4) needs delta="auc" and objective '
+            f'"convex" or "mle", got delta={delta!r}, objective={objective!r}'
+        )
+
+
+def convex_loss(
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    delta: str = "ndcg",
+    num_samples: int = 1000,
+    restart_skew: float = -20.0,
+    walk_length: int = 10,
+    samples: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    reduction: str = "mean",
+    space: str = "permutations",
+    objective: str = "convex",
+    accept: str = "metropolis",
+    ndcg_k: int | None = None,
+    num_chains: int | None = None,
+) -> torch.Tensor:
+    """ConvexLoss (slides eq. 5): ``L_q = log Σ_y exp(Δ_q(y) - w·δφ_q(y))``, y a permutation.
+
+    With the φ_po feature map the exponent is ``E(y) = Δ(y) + c(y)·s`` (SPEC §5.2): Δ ∈ {auc,
+    map, ndcg} (ndcg: gain 2^label - 1, discount 1/log2(1 + rank), full list unless ``ndcg_k``)
+    and ``c_i(y) = (2/|P|)(#higher-labelled docs below i - #lower-labelled docs above i)``.
+    The sum over all n! permutations is replaced by the set-LSE estimator of SPEC §5.5 over the
+    distinct sampled orders ∪ {ideal order}: deterministic given the samples, convex in s, an
+    exact gradient (the softmax-weighted mean of c), and a lower bound ``0 <= L̂_q <= L_q`` that
+    is exact once every order is in the set. Samples come from ``samples`` or from the restarted
+    swap-Metropolis sampler (:func:`~losses.ranking_sampler.sample_orders`) with ``generator``.
+
+    Options beyond the contract:
+
+    * ``space="pairs"`` (needs ``delta="auc"``): the exact closed form over the pair-sign space
+      ``{±1}^{|P|}`` (SPEC §5.4), ``Σ_P softplus((1 - 2(s_i - s_j))/|P|)``; no sampling.
+    * ``objective="mle"``: slides eq. 2, ``log Σ_y exp(-w·δφ(y))`` (Δ ≡ 0); ``"expgain"``: the
+      non-convex ``-log Σ_y Pr(y|x; w)·(1 - Δ(y))`` over the same set (Pr normalised on the
+      set). Both sample from the model distribution exp(c·s).
+    * ``accept="all"``: a plain random walk; ``num_chains``: chains per query (default S/T).
+
+    Shape:
+        scores, labels, mask: [B, L]; samples: int64 [B, S, L] orders (row s lists document
+        slots from rank 1 down, real documents first, padded slots after). Returns [B] for
+        ``reduction="none"`` (0 for queries without a preference pair), else a scalar.
+        Memory O(B·S·L) for the sample set and its coefficients.
+
+    Example:
+        >>> scores = torch.tensor([[2.0, 0.5, 1.0]], requires_grad=True)
+        >>> labels, mask = torch.tensor([[2.0, 0.0, 1.0]]), torch.ones(1, 3, dtype=torch.bool)
+        >>> exact = convex_loss(scores, labels, mask, delta="auc", samples=torch.tensor(
+        ...     [[[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]]]))
+        >>> g = torch.Generator().manual_seed(0)
+        >>> sampled = convex_loss(scores, labels, mask, delta="auc", num_samples=50, generator=g)
+        >>> bool(0 <= sampled <= exact), round(float(exact.detach()), 4)
+        (True, 1.3777)
+    """
+    check_list_inputs(scores, labels, mask)
+    check_reduction(reduction)
+    check_convex_options(
+        delta=delta, num_samples=num_samples, restart_skew=restart_skew, walk_length=walk_length,
+        space=space, objective=objective, accept=accept, ndcg_k=ndcg_k, num_chains=num_chains,
+    )
+    valid = valid_queries(labels, mask)
+    safe = torch.where(mask, scores, torch.zeros_like(scores))
+    if space == "pairs":
+        return reduce_queries(_pair_space(safe, labels, mask, objective), valid, reduction)
+    tables = query_tables(labels, mask, delta=delta, ndcg_k=ndcg_k, dtype=scores.dtype)
+    if samples is None:
+        sampled = run_sampler(
+            safe.detach(), tables, num_samples=num_samples, restart_skew=restart_skew,
+            walk_length=walk_length, num_chains=num_chains, accept=accept,
+            target="convex" if objective == "convex" else "model", generator=generator,
+        )
+    elif samples.dim() != 3 or samples.shape[::2] != scores.shape or samples.dtype != torch.long:
+        raise ValueError(
+            f"samples must be int64 [B, S, L] orders matching scores {list(scores.shape)}, "
+            f"got {samples.dtype} {list(samples.shape)}"
+        )
+    else:
+        sampled = sample_constants(samples.to(scores.device), tables)
+    ideal_hash = order_hashes(tables.ideal.unsqueeze(1), tables)  # [B, 1]
+    per_query = set_log_sum_exp(safe, sampled, ideal_hash, objective)
+    return reduce_queries(per_query, valid, reduction)
+
+
+@torch.no_grad()
+def sample_constants(orders: torch.Tensor, tables: QueryTables) -> SampleSet:
+    """Δ, coefficients and hashes of given orders ``[B, S, L]``, computed from scratch."""
+    deltas, coefficients = order_constants(orders, tables)
+    return SampleSet(orders, deltas, coefficients, order_hashes(orders, tables))
+
+
+def set_log_sum_exp(
+    scores: torch.Tensor, sampled: SampleSet, ideal_hash: torch.Tensor, objective: str
+) -> torch.Tensor:
+    """Per-query set-LSE over the distinct sampled orders ∪ {ideal}, [B] (SPEC §5.5).
+
+    The ideal order has Δ = 0 and c = 0, so its term is exp(0) (gain 1 for ExpGain); it enters
+    as a constant column, and samples equal to it are dropped like any other duplicate.
+    """
+    keep = first_occurrences(sampled.hashes) & (sampled.hashes != ideal_hash)
+    deltas, coefficients = sampled.deltas, sampled.coefficients.to(scores.dtype)
+    linear = torch.bmm(coefficients, scores.unsqueeze(-1)).squeeze(-1)  # c(y)·s, [B, S]
+    dropped = torch.full_like(linear, torch.finfo(linear.dtype).min / 4)  # exp() underflows to 0
+    ideal = torch.zeros_like(linear[:, :1])
+
+    def set_lse(exponents: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+        return torch.cat([ideal, torch.where(kept, exponents, dropped)], 1).logsumexp(-1)
+
+    if objective == "mle":
+        return set_lse(linear, keep)
+    if objective == "convex":
+        return set_lse(deltas + linear, keep)
+    gain = 1.0 - deltas
+    usable = keep & (gain > 0)
+    log_gain = torch.where(usable, gain, torch.ones_like(gain)).log()
+    return set_lse(linear, keep) - set_lse(linear + log_gain, usable)
+
+
+def _pair_space(
+    scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, objective: str
+) -> torch.Tensor:
+    """Exact LSE over pair signs y ∈ {±1}^P with Δ = AUC (SPEC §5.4); it factorises per pair:
+    ``Σ_P softplus((1 - 2d_ij)/|P|)`` (MLE: ``Σ_P softplus(-2d_ij/|P|)``), [B]."""
+    preferred = preference_mask(labels, mask)
+    count = preferred.sum((-1, -2)).clamp(min=1).to(scores.dtype)[:, None, None]
+    differences = scores.unsqueeze(-1) - scores.unsqueeze(-2)
+    margin = 0.0 if objective == "mle" else 1.0
+    terms = F.softplus((margin - 2.0 * differences) / count)
+    return torch.where(preferred, terms, torch.zeros_like(terms)).sum((-1, -2))
+
+
+class ConvexLoss(nn.Module):
+    """Module form of :func:`convex_loss` with a sample refresh policy.
+
+    ``refresh="step"`` (default, SPEC A18) draws fresh samples at every call. ``refresh="epoch"``
+    draws a query's samples at its first call in an epoch and reuses them until the next epoch,
+    so every evaluation inside an epoch (e.g. an L-BFGS line search) sees the same deterministic
+    objective. Queries are keyed by ``qid`` when given, else by their mask and real labels
+    (queries with equal rows then share a sample set, which is as valid for one as the other).
+    A new epoch starts at :meth:`next_epoch` or whenever the module goes back to training mode
+    (Lightning validates in eval mode between training epochs). ``seed`` makes the module's
+    own sample stream reproducible.
+    """
+
+    def __init__(
+        self,
+        *,
+        delta: str = "ndcg",
+        num_samples: int = 1000,
+        restart_skew: float = -20.0,
+        walk_length: int = 10,
+        reduction: str = "mean",
+        space: str = "permutations",
+        objective: str = "convex",
+        accept: str = "metropolis",
+        ndcg_k: int | None = None,
+        num_chains: int | None = None,
+        refresh: str = "step",
+        seed: int | None = None,
+    ) -> None:
+        super().__init__()
+        check_reduction(reduction)
+        check_convex_options(
+            delta=delta, num_samples=num_samples, restart_skew=restart_skew,
+            walk_length=walk_length, space=space, objective=objective, accept=accept,
+            ndcg_k=ndcg_k, num_chains=num_chains,
+        )
+        if refresh not in REFRESHES:
+            raise ValueError(f"refresh must be one of {REFRESHES}, got {refresh!r}")
+        self.options = dict(
+            delta=delta, num_samples=num_samples, restart_skew=float(restart_skew),
+            walk_length=walk_length, reduction=reduction, space=space, objective=objective,
+            accept=accept, ndcg_k=ndcg_k, num_chains=num_chains,
+        )
+        self.refresh = refresh
+        self.seed = seed
+        self.generator: torch.Generator | None = None
+        self.epoch = 0
+        self.cache: dict = {}  # key -> (epoch drawn, mask row, orders of the real docs [S, n])
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in {**self.options, "refresh": self.refresh}.items())
+
+    def next_epoch(self) -> None:
+        """Mark an epoch boundary: ``refresh="epoch"`` redraws every query's samples."""
+        self.epoch += 1
+
+    def train(self, mode: bool = True) -> ConvexLoss:
+        if mode and not self.training:
+            self.next_epoch()
+        return super().train(mode)
+
+    def forward(
+        self,
+        scores: torch.Tensor,
+        labels: torch.Tensor,
+        mask: torch.Tensor,
+        qid: torch.Tensor | None = None,
+        samples: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if samples is None and self.refresh == "epoch" and self.options["space"] != "pairs":
+            samples = self._samples(scores, labels, mask, qid)
+        return convex_loss(
+            scores, labels, mask, samples=samples, generator=self._generator(scores.device),
+            **self.options,
+        )
+
+    def _generator(self, device: torch.device) -> torch.Generator | None:
+        if self.seed is None:
+            return None
+        if self.generator is None or self.generator.device != torch.device(device):
+            self.generator = torch.Generator(device=device).manual_seed(self.seed)
+        return self.generator
+
+    def _draw(self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        skip = ("reduction", "space", "ndcg_k", "objective", "delta")
+        options = {k: v for k, v in self.options.items() if k not in skip}
+        tables = query_tables(
+            labels, mask, delta=self.options["delta"], ndcg_k=self.options["ndcg_k"],
+            dtype=scores.dtype,
+        )
+        safe = torch.where(mask, scores, torch.zeros_like(scores)).detach()
+        target = "convex" if self.options["objective"] == "convex" else "model"
+        return run_sampler(
+            safe, tables, target=target, generator=self._generator(scores.device), **options
+        ).orders
+
+    def _samples(
+        self,
+        scores: torch.Tensor,
+        labels: torch.Tensor,
+        mask: torch.Tensor,
+        qid: torch.Tensor | None,
+    ) -> torch.Tensor:
+        if not self.training:
+            return self._draw(scores, labels, mask)
+        # Cache lookup is a loop over the batch's queries, but only on this opt-in path.
+        if qid is not None:
+            keys: list = qid.tolist()
+        else:  # a query is known by its mask and real labels (equal rows may share samples)
+            keys = [
+                (tuple(mask[b].tolist()), tuple(labels[b][mask[b]].tolist()))
+                for b in range(mask.shape[0])
+            ]
+        stale = [
+            b for b, key in enumerate(keys)
+            if key not in self.cache or self.cache[key][0] != self.epoch
+            or not torch.equal(self.cache[key][1], mask[b].cpu())
+        ]
+        if stale:
+            rows = torch.tensor(stale, device=scores.device)
+            drawn = self._draw(scores[rows], labels[rows], mask[rows])
+            for row, b in enumerate(stale):
+                count = int(mask[b].sum())
+                self.cache[keys[b]] = (self.epoch, mask[b].cpu(), drawn[row, :, :count].cpu())
+        length = scores.shape[1]
+        slots = torch.arange(length, device=scores.device)
+        rows = []
+        for b, key in enumerate(keys):
+            real = self.cache[key][2].to(scores.device)
+            padding = slots[~mask[b]].expand(real.shape[0], -1)
+            rows.append(torch.cat([real, padding], dim=1))
+        return torch.stack(rows)

@@ -1,0 +1,260 @@
+"""ConvexLoss (SPEC §5): the batched set-LSE against per-query oracles, the pair-space closed form,
+the estimator's bound, padding, reductions, stability and the module's refresh policy."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from losses.convex import ConvexLoss, convex_loss
+from losses.ranking_sampler import distinct_orders, query_tables, sample_orders
+from tests.oracles import (
+    convex_exact_oracle,
+    convex_pair_space_oracle,
+    convex_set_lse_oracle,
+)
+
+DELTAS = ("auc", "map", "ndcg")
+
+
+def padded_batch(counts, length, seed, levels=3, dtype=torch.float64):
+    """Queries with ``counts[b]`` real documents scattered over ``length`` slots; NaN padding."""
+    g = torch.Generator().manual_seed(seed)
+    batch = len(counts)
+    mask = torch.zeros(batch, length, dtype=torch.bool)
+    for b, n in enumerate(counts):
+        mask[b, torch.randperm(length, generator=g)[:n]] = True
+    labels = torch.randint(0, levels, (batch, length), generator=g).to(dtype)
+    scores = torch.randn(batch, length, generator=g, dtype=dtype)
+    nan = torch.full_like(scores, float("nan"))
+    return torch.where(mask, scores, nan), torch.where(mask, labels, nan), mask
+
+
+def real_view(scores, labels, mask, b):
+    """Query b's real documents, and a map slot -> real index (for translating orders)."""
+    slots = mask[b].nonzero().squeeze(-1)
+    to_real = {int(s): k for k, s in enumerate(slots)}
+    return scores[b, slots], labels[b, slots], to_real
+
+
+def all_orders(mask):
+    """[B, S, L] every order of each query's real slots (padding after), short lists repeated."""
+    rows = []
+    for b in range(mask.shape[0]):
+        real = mask[b].nonzero().squeeze(-1).tolist()
+        pad = (~mask[b]).nonzero().squeeze(-1).tolist()
+        rows.append([list(p) + pad for p in itertools.permutations(real)])
+    size = max(len(r) for r in rows)
+    return torch.tensor([(r * size)[:size] for r in rows])
+
+
+def check_against(oracle, scores, labels, mask, samples, **options):
+    """Value and gradient of every query equal ``oracle`` to 1e-9 (float64)."""
+    leaf = scores.clone().requires_grad_(True)
+    per_query = convex_loss(leaf, labels, mask, samples=samples, reduction="none", **options)
+    per_query.sum().backward()
+    for b in range(mask.shape[0]):
+        s, y, to_real = real_view(scores.detach(), labels, mask, b)
+        if torch.unique(y).numel() < 2:
+            assert per_query[b] == 0 and bool((leaf.grad[b] == 0).all())
+            continue
+        s = s.clone().requires_grad_(True)
+        orders = [[to_real[int(d)] for d in row[: len(to_real)]] for row in samples[b]]
+        expected = oracle(s, y, orders)
+        (expected_grad,) = torch.autograd.grad(expected, s)
+        torch.testing.assert_close(per_query[b], expected.detach(), rtol=1e-9, atol=1e-9)
+        torch.testing.assert_close(leaf.grad[b, mask[b]], expected_grad, rtol=1e-9, atol=1e-9)
+        assert bool((leaf.grad[b, ~mask[b]] == 0).all())
+
+
+class TestConvexLoss:
+    @pytest.mark.parametrize("delta", DELTAS)
+    @pytest.mark.parametrize("objective", ("convex", "mle", "expgain"))
+    def test_all_orders_equal_exact_enumeration(self, delta, objective):
+        scores, labels, mask = padded_batch([5, 4, 3, 2, 1, 5], 7, seed=1)
+        samples = all_orders(mask)
+        exact = lambda s, y, _orders: convex_exact_oracle(s, y, delta, None, objective)  # noqa: E731
+        check_against(exact, scores, labels, mask, samples, delta=delta, objective=objective)
+
+    def test_exact_enumeration_six_documents_ndcg_at_k(self):
+        scores, labels, mask = padded_batch([6], 7, seed=2)
+        exact = lambda s, y, _orders: convex_exact_oracle(s, y, "ndcg", 3)  # noqa: E731
+        check_against(exact, scores, labels, mask, all_orders(mask), delta="ndcg", ndcg_k=3)
+
+    @pytest.mark.parametrize("delta", DELTAS)
+    @pytest.mark.parametrize("objective", ("convex", "mle", "expgain"))
+    def test_sampled_set_equals_set_lse_oracle(self, delta, objective):
+        scores, labels, mask = padded_batch([9, 6, 3, 1, 0, 8], 10, seed=3)
+        tables = query_tables(labels, mask, delta=delta, dtype=scores.dtype)
+        g = torch.Generator().manual_seed(0)
+        safe = torch.where(mask, scores, torch.zeros_like(scores))
+        samples = sample_orders(safe, tables, num_samples=40, walk_length=5, generator=g)
+        oracle = lambda s, y, orders: convex_set_lse_oracle(s, y, orders, delta, 4, objective)  # noqa: E731
+        options = dict(delta=delta, objective=objective, ndcg_k=4)
+        check_against(oracle, scores, labels, mask, samples, **options)
+
+    def test_estimator_is_a_lower_bound_and_exact_once_complete(self):
+        scores, labels, mask = padded_batch([5, 5, 4], 6, seed=4)
+        exact = convex_loss(scores, labels, mask, samples=all_orders(mask), reduction="none")
+        for num_samples in (5, 30):
+            g = torch.Generator().manual_seed(num_samples)
+            sampled = convex_loss(
+                scores, labels, mask, num_samples=num_samples, generator=g, reduction="none"
+            )
+            assert bool((sampled >= 0).all()) and bool((sampled <= exact + 1e-12).all())
+        g = torch.Generator().manual_seed(0)
+        tables = query_tables(labels, mask, delta="ndcg", dtype=scores.dtype)
+        safe = torch.where(mask, scores, torch.zeros_like(scores))
+        samples = sample_orders(
+            safe, tables, num_samples=6000, restart_skew=0.0, accept="all", generator=g
+        )
+        assert distinct_orders(samples, tables).sum(-1).tolist() == [120, 120, 24]
+        complete = convex_loss(scores, labels, mask, samples=samples, reduction="none")
+        torch.testing.assert_close(complete, exact, rtol=1e-12, atol=1e-12)
+
+    def test_pair_space_auc_equals_sign_vector_enumeration(self):
+        scores, labels, mask = padded_batch([5, 4, 3, 2, 0], 6, seed=5)
+        oracle = lambda s, y, _orders: convex_pair_space_oracle(s, y)  # noqa: E731
+        check_against(oracle, scores, labels, mask, all_orders(mask), delta="auc", space="pairs")
+
+    def test_pair_space_mle_is_the_margin_free_closed_form(self):
+        scores, labels, mask = padded_batch([5, 4], 6, seed=6)
+        loss = convex_loss(scores, labels, mask, delta="auc", space="pairs", objective="mle",
+                           reduction="none")  # fmt: skip
+        for b in range(2):
+            s, y, _ = real_view(scores, labels, mask, b)
+            pairs = [(i, j) for i in range(len(y)) for j in range(len(y)) if y[i] > y[j]]
+            expected = sum(torch.nn.functional.softplus(-2 * (s[i] - s[j]) / len(pairs))
+                           for i, j in pairs)  # fmt: skip
+            torch.testing.assert_close(loss[b], expected, rtol=1e-12, atol=1e-12)
+
+    @pytest.mark.parametrize("space", ("permutations", "pairs"))
+    def test_permutation_invariance_within_a_query(self, space):
+        scores, labels, mask = padded_batch([5, 4], 6, seed=7)
+        perm = torch.randperm(6, generator=torch.Generator().manual_seed(1))
+        options = dict(delta="auc", space=space, reduction="none")
+        before = convex_loss(scores, labels, mask, samples=all_orders(mask), **options)
+        moved = (scores[:, perm], labels[:, perm], mask[:, perm])
+        after = convex_loss(*moved, samples=all_orders(moved[2]), **options)
+        torch.testing.assert_close(before, after, rtol=1e-12, atol=1e-12)
+
+    def test_nan_padding_changes_nothing_and_padding_gradient_is_zero(self):
+        scores, labels, mask = padded_batch([6, 3, 5], 8, seed=8)
+        finite = (torch.where(mask, scores, 7.0), torch.where(mask, labels, 5.0), mask)
+        g1, g2 = (torch.Generator().manual_seed(3) for _ in range(2))
+        leaf = scores.clone().requires_grad_(True)
+        first = convex_loss(leaf, labels, mask, num_samples=50, generator=g1)
+        second = convex_loss(*finite, num_samples=50, generator=g2)
+        first.backward()
+        assert torch.equal(first.detach(), second) and bool(torch.isfinite(first))
+        assert bool((leaf.grad[~mask] == 0).all()) and bool(torch.isfinite(leaf.grad).all())
+
+    def test_gradcheck(self):
+        scores, labels, mask = padded_batch([5, 4, 3], 6, seed=9)
+        g = torch.Generator().manual_seed(0)
+        tables = query_tables(labels, mask, delta="map", dtype=scores.dtype)
+        samples = sample_orders(torch.where(mask, scores, 0.0), tables, num_samples=30, generator=g)
+        leaf = torch.where(mask, scores, 0.0).requires_grad_(True)
+        for options in (
+            dict(delta="map", samples=samples),
+            dict(delta="ndcg", samples=samples, objective="expgain"),
+            dict(delta="auc", space="pairs"),
+        ):
+            assert torch.autograd.gradcheck(
+                lambda s, o=options: convex_loss(s, labels, mask, reduction="sum", **o), (leaf,)
+            )
+
+    @pytest.mark.parametrize("objective", ("convex", "mle", "expgain"))
+    def test_extreme_scores_stay_finite(self, objective):
+        scores, labels, mask = padded_batch([8, 5, 2], 9, seed=10, dtype=torch.float32)
+        for magnitude in (1e3, -1e3):
+            leaf = torch.where(mask, magnitude * scores.sign(), scores).requires_grad_(True)
+            g = torch.Generator().manual_seed(0)
+            loss = convex_loss(leaf, labels, mask, objective=objective, num_samples=100,
+                               generator=g)  # fmt: skip
+            loss.backward()
+            assert bool(torch.isfinite(loss)) and bool(torch.isfinite(leaf.grad).all())
+        pairs = convex_loss(1e3 * scores.nan_to_num(), labels, mask, delta="auc", space="pairs")
+        assert bool(torch.isfinite(pairs))
+
+    def test_reductions_and_invalid_queries(self):
+        scores, labels, mask = padded_batch([6, 4, 1, 0], 7, seed=11)
+        labels = torch.where(mask & (torch.arange(7) < 0), 0.0, labels)
+        labels[1] = torch.where(mask[1], 1.0, labels[1])  # one label only: invalid
+        samples = all_orders(mask)
+        none = convex_loss(scores, labels, mask, samples=samples, reduction="none")
+        assert none.shape == (4,) and bool((none[1:] == 0).all()) and bool(none[0] > 0)
+        total = convex_loss(scores, labels, mask, samples=samples, reduction="sum")
+        mean = convex_loss(scores, labels, mask, samples=samples, reduction="mean")
+        assert total.shape == mean.shape == () and torch.equal(total, none.sum())
+        torch.testing.assert_close(mean, none[0])
+
+    def test_batch_without_pairs_is_a_connected_zero(self):
+        scores = torch.randn(2, 4, requires_grad=True)
+        labels = torch.ones(2, 4)
+        loss = convex_loss(scores, labels, torch.ones(2, 4, dtype=torch.bool), num_samples=10)
+        loss.backward()
+        assert loss == 0 and bool((scores.grad == 0).all())
+
+    def test_generator_reproducibility(self):
+        scores, labels, mask = padded_batch([7, 5], 8, seed=12)
+        seeded = [torch.Generator().manual_seed(s) for s in (5, 5, 6)]
+        runs = [convex_loss(scores, labels, mask, num_samples=20, generator=g) for g in seeded]
+        assert torch.equal(runs[0], runs[1]) and not torch.equal(runs[0], runs[2])
+
+    def test_module_equals_function(self):
+        scores, labels, mask = padded_batch([7, 5], 8, seed=13)
+        options = dict(delta="map", num_samples=30, restart_skew=-5.0, walk_length=5)
+        module = ConvexLoss(seed=3, **options)
+        expected = convex_loss(scores, labels, mask, generator=torch.Generator().manual_seed(3),
+                               **options)  # fmt: skip
+        assert torch.equal(module(scores, labels, mask), expected)
+        pairs = ConvexLoss(delta="auc", space="pairs")
+        assert torch.equal(pairs(scores, labels, mask), convex_loss(
+            scores, labels, mask, delta="auc", space="pairs"))  # fmt: skip
+
+    def test_epoch_refresh_reuses_samples_until_the_next_epoch(self):
+        scores, labels, mask = padded_batch([7, 5, 6], 8, seed=14)
+        qid = torch.tensor([10, 11, 12])
+        module = ConvexLoss(num_samples=8, walk_length=2, refresh="epoch", seed=0, reduction="none")
+        first = module(scores, labels, mask, qid=qid)
+        assert torch.equal(module(scores, labels, mask, qid=qid), first)  # same epoch: cached
+        part = module(scores[1:], labels[1:], mask[1:], qid=qid[1:])  # served from the cache
+        assert torch.equal(part, first[1:])
+        module.eval()
+        module.train()  # back to training: a new epoch
+        assert not torch.equal(module(scores, labels, mask, qid=qid), first)
+        step = ConvexLoss(num_samples=8, walk_length=2, seed=0)
+        assert not torch.equal(step(scores, labels, mask), step(scores, labels, mask))
+        by_rows = ConvexLoss(num_samples=8, walk_length=2, refresh="epoch", seed=0)
+        assert torch.equal(by_rows(scores, labels, mask), by_rows(scores, labels, mask))
+
+    @pytest.mark.parametrize(
+        "options, match",
+        [
+            (dict(delta="err"), "delta"),
+            (dict(num_samples=0), "num_samples"),
+            (dict(walk_length=1.5), "walk_length"),
+            (dict(space="tree"), "space"),
+            (dict(space="pairs", delta="ndcg"), "pairs"),
+            (dict(objective="hinge"), "objective"),
+            (dict(accept="some"), "accept"),
+            (dict(ndcg_k=0), "ndcg_k"),
+            (dict(num_chains=0), "num_chains"),
+            (dict(refresh="batch"), "refresh"),
+            (dict(reduction="avg"), "reduction"),
+            (dict(restart_skew=float("nan")), "restart_skew"),
+        ],
+    )
+    def test_bad_hyperparameters_raise(self, options, match):
+        with pytest.raises(ValueError, match=match):
+            ConvexLoss(**options)
+
+    def test_bad_inputs_raise(self):
+        scores, labels, mask = padded_batch([3], 4, seed=15)
+        with pytest.raises(ValueError, match="samples"):
+            convex_loss(scores, labels, mask, samples=torch.zeros(1, 2, 3, dtype=torch.long))
+        with pytest.raises(ValueError, match="model=linear"):
+            convex_loss(torch.zeros(1, 4, 2), labels, mask)
