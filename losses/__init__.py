@@ -1,12 +1,37 @@
-"""differank's ranking objectives: plain torch loss functions and modules (imports only torch)."""
+"""differank's ranking objectives: plain torch loss functions and modules (imports only torch).
 
+Every loss takes ``(scores [B, L], labels [B, L], mask [B, L] bool)`` — ConeRank takes
+``(features [B, L, F], labels, mask, basis [F, K])`` — then keyword-only hyperparameters and
+``reduction="none" | "mean" | "sum"``.
+"""
+
+from losses.cone import ConeLoss, cone_fold_in, cone_loss
+from losses.convex import ConvexLoss, convex_loss
+from losses.domination import DominationLoss, domination_loss, label_margins
+from losses.hinge import StructuredHingeLoss, structured_hinge_loss
+from losses.listnet import ListNetLoss, listnet_loss
 from losses.pairs import pair_differences, preference_mask, sample_pairs, valid_queries
+from losses.ranknet import RankNetLoss, ranknet_loss
 from losses.reduction import reduce_queries
 
 __all__ = [
+    "ConeLoss",
+    "ConvexLoss",
+    "DominationLoss",
+    "ListNetLoss",
+    "RankNetLoss",
+    "StructuredHingeLoss",
+    "cone_fold_in",
+    "cone_loss",
+    "convex_loss",
+    "domination_loss",
+    "label_margins",
+    "listnet_loss",
     "pair_differences",
     "preference_mask",
+    "ranknet_loss",
     "reduce_queries",
     "sample_pairs",
+    "structured_hinge_loss",
     "valid_queries",
 ]
