@@ -1,4 +1,4 @@
-"""Shape and dtype checks shared by every loss, so bad input fails with the tensor and shape named."""
+"""Shape and dtype checks shared by the losses: bad input fails naming the tensor and shape."""
 
 from __future__ import annotations
 

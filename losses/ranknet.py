@@ -46,5 +46,7 @@ class RankNetLoss(nn.Module):
         super().__init__()
         self.reduction = check_reduction(reduction)
 
-    def forward(self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
         return ranknet_loss(scores, labels, mask, reduction=self.reduction)

@@ -37,7 +37,9 @@ class TestBaselineLoss:
             n = int(mask[b].sum())
             real = scores.detach()[b, :n].clone().requires_grad_(True)
             expected = oracle(real, labels[b, :n].tolist()) if n else torch.zeros(())
-            torch.testing.assert_close(per_query[b], expected.to(per_query.dtype), rtol=1e-9, atol=1e-12)
+            torch.testing.assert_close(
+                per_query[b], expected.to(per_query.dtype), rtol=1e-9, atol=1e-12
+            )
             if n:
                 expected.backward()
                 grad = real.grad if real.grad is not None else torch.zeros(n, dtype=torch.float64)
@@ -75,11 +77,15 @@ class TestBaselineLoss:
     def test_gradcheck(self, function, module, oracle):
         scores, labels, mask = padded_batch()
         scores = torch.where(mask, scores, torch.zeros_like(scores)).requires_grad_(True)
-        assert torch.autograd.gradcheck(lambda s: function(s, labels, mask, reduction="sum"), (scores,))
+        assert torch.autograd.gradcheck(
+            lambda s: function(s, labels, mask, reduction="sum"), (scores,)
+        )
 
     def test_extreme_scores_stay_finite(self, function, module, oracle):
         scores, labels, mask = padded_batch()
-        big = (torch.where(mask, scores.sign(), torch.zeros_like(scores)) * 1e3).requires_grad_(True)
+        big = (torch.where(mask, scores.sign(), torch.zeros_like(scores)) * 1e3).requires_grad_(
+            True
+        )
         loss = function(big, labels, mask)
         loss.backward()
         assert torch.isfinite(loss) and torch.isfinite(big.grad).all()
@@ -92,7 +98,10 @@ class TestBaselineLoss:
 
     def test_module_equals_function(self, function, module, oracle):
         scores, labels, mask = padded_batch()
-        assert torch.equal(module(reduction="sum")(scores, labels, mask), function(scores, labels, mask, reduction="sum"))
+        assert torch.equal(
+            module(reduction="sum")(scores, labels, mask),
+            function(scores, labels, mask, reduction="sum"),
+        )
 
     def test_bad_inputs_raise_clear_errors(self, function, module, oracle):
         scores, labels, mask = padded_batch()

@@ -58,7 +58,7 @@ def test_every_data_option_composes(train_config, data):
         pytest.skip(f"MQ2008 not found at {MQ2008}")
     if data == "letor":
         with pytest.raises((FileNotFoundError, ValueError), match="nonexistent"):
-            instantiate(cfg.data).n_features
+            _ = instantiate(cfg.data).n_features
         return
     assert instantiate(cfg.data).n_features == 46
 
@@ -73,6 +73,8 @@ def test_every_experiment_runs_fast_dev_run(train_config, experiment, tmp_path):
         pytest.skip(f"MQ2008 not found at {MQ2008}")
     from train import train
 
-    cfg = train_config([f"experiment={experiment}", "trainer.fast_dev_run=true", "logger=csv", "callbacks=none"])
+    cfg = train_config(
+        [f"experiment={experiment}", "trainer.fast_dev_run=true", "logger=csv", "callbacks=none"]
+    )
     value = train(cfg, Path(cfg.hydra.runtime.output_dir))
     assert 0.0 <= value <= 1.0

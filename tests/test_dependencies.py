@@ -49,8 +49,11 @@ def test_datamodules_do_not_import_losses_or_rankers(path):
 def test_import_losses_pulls_in_no_framework():
     code = (
         "import sys, losses\n"
-        "banned = {'lightning', 'pytorch_lightning', 'hydra', 'omegaconf', 'torchmetrics', 'sklearn', 'scipy'}\n"
+        "banned = {'lightning', 'pytorch_lightning', 'hydra', 'omegaconf', 'torchmetrics',\n"
+        "          'sklearn', 'scipy'}\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in banned))"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     assert result.stdout.strip() == "[]", result.stdout

@@ -131,9 +131,13 @@ def test_full_batch_module_runs_one_solver_step_per_epoch(tmp_path):
     module = FullBatchModule(CountingSolver, RankNetLoss(), n_features=3)
     checkpoint = pl.callbacks.ModelCheckpoint(dirpath=tmp_path, monitor="val/map", mode="max")
     trainer = pl.Trainer(
-        callbacks=[CountingValidation(), checkpoint], num_sanity_val_steps=0,
-        max_epochs=10, logger=False, enable_progress_bar=False,
-        enable_model_summary=False, default_root_dir=tmp_path,
+        callbacks=[CountingValidation(), checkpoint],
+        num_sanity_val_steps=0,
+        max_epochs=10,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
     )
     trainer.fit(module, datamodule=Data())
     assert module.solver.steps == 3  # stopped at convergence, one step per epoch

@@ -10,7 +10,9 @@ NAN = float("nan")
 
 
 def example():
-    labels = torch.tensor([[2.0, 0.0, 1.0, 1.0, NAN], [1.0, 1.0, NAN, NAN, NAN], [0.0, 3.0, 0.0, 0.0, 2.0]])
+    labels = torch.tensor(
+        [[2.0, 0.0, 1.0, 1.0, NAN], [1.0, 1.0, NAN, NAN, NAN], [0.0, 3.0, 0.0, 0.0, 2.0]]
+    )
     mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
     return labels, mask
 
@@ -29,7 +31,9 @@ def test_valid_queries_and_pair_counts():
     labels, mask = example()
     assert valid_queries(labels, mask).tolist() == [True, False, True]
     assert pair_counts(labels, mask).tolist() == [[3, 0, 1, 1, 0], [0, 0, 0, 0, 0], [0, 4, 0, 0, 3]]
-    assert torch.equal(pair_counts(labels, mask).sum(-1), preference_mask(labels, mask).sum((-1, -2)))
+    assert torch.equal(
+        pair_counts(labels, mask).sum(-1), preference_mask(labels, mask).sum((-1, -2))
+    )
 
 
 def test_pair_differences_for_scores_and_vectors():
@@ -58,7 +62,7 @@ def test_sampling_is_reproducible_and_rejects_bad_counts():
     labels, mask = example()
     first = sample_pairs(labels, mask, 5, generator=torch.Generator().manual_seed(0))
     second = sample_pairs(labels, mask, 5, generator=torch.Generator().manual_seed(0))
-    assert all(torch.equal(a, b) for a, b in zip(first, second))
+    assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
     with pytest.raises(ValueError, match="num_pairs"):
         sample_pairs(labels, mask, 0)
 

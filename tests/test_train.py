@@ -21,12 +21,23 @@ def default_run(tmp_path_factory):
 
 def test_run_writes_checkpoints_logs_predictions_and_metrics(default_run):
     run_dir, stdout = default_run
-    for name in ["checkpoints/best.ckpt", "checkpoints/last.ckpt", "predictions/test.txt",
-                 "test_metrics.json", ".hydra/config.yaml"]:
+    for name in [
+        "checkpoints/best.ckpt",
+        "checkpoints/last.ckpt",
+        "predictions/test.txt",
+        "test_metrics.json",
+        ".hydra/config.yaml",
+    ]:
         assert (run_dir / name).is_file(), name
-    assert list((run_dir / "csv").rglob("metrics.csv")) and list((run_dir / "tensorboard").rglob("events.*"))
+    assert list((run_dir / "csv").rglob("metrics.csv")) and list(
+        (run_dir / "tensorboard").rglob("events.*")
+    )
     metrics = json.loads((run_dir / "test_metrics.json").read_text())
-    assert set(metrics) == {"map", "mean_ndcg", *(f"{m}@{k}" for m in ("ndcg", "p") for k in (1, 3, 5, 10))}
+    assert set(metrics) == {
+        "map",
+        "mean_ndcg",
+        *(f"{m}@{k}" for m in ("ndcg", "p") for k in (1, 3, 5, 10)),
+    }
     assert f"{metrics['map']:.4f}" in stdout  # the printed table
     assert metrics["map"] > 0.5  # the synthetic set's planted signal is learnable (random ≈ 0.4)
 
@@ -44,10 +55,19 @@ def test_evaluate_cli_reproduces_test_metrics_exactly(default_run, tmp_path):
     run_dir, _ = default_run
     sources = (run_dir / "predictions" / "test.sources").read_text().splitlines()
     cli_json = tmp_path / "cli.json"
-    command = [sys.executable, "-m", "rankers.evaluate", *sources,
-               str(run_dir / "predictions" / "test.txt"), "--json", str(cli_json)]
+    command = [
+        sys.executable,
+        "-m",
+        "rankers.evaluate",
+        *sources,
+        str(run_dir / "predictions" / "test.txt"),
+        "--json",
+        str(cli_json),
+    ]
     subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
-    assert json.loads(cli_json.read_text()) == json.loads((run_dir / "test_metrics.json").read_text())
+    assert json.loads(cli_json.read_text()) == json.loads(
+        (run_dir / "test_metrics.json").read_text()
+    )
 
 
 def test_logged_test_metrics_agree_with_the_prediction_file(default_run):
@@ -64,7 +84,13 @@ def test_logged_test_metrics_agree_with_the_prediction_file(default_run):
 @requires_mq2008
 @pytest.mark.slow
 def test_ranknet_reaches_the_letor_baseline_on_mq2008_fold1(tmp_path):
-    command = [sys.executable, "train.py", "data=mq2008", "data.fold=1", "loss=ranknet",
-               f"hydra.run.dir={tmp_path}"]
+    command = [
+        sys.executable,
+        "train.py",
+        "data=mq2008",
+        "data.fold=1",
+        "loss=ranknet",
+        f"hydra.run.dir={tmp_path}",
+    ]
     subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=900)
     assert json.loads((tmp_path / "test_metrics.json").read_text())["map"] >= 0.46
