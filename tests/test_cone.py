@@ -1,0 +1,318 @@
+"""ConeRank's cone loss and fold-in against float64 per-query oracles (SPEC §2, §8)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import losses.cone as cone_module
+from losses.cone import ConeLoss, cone_fold_in, cone_loss, project_simplex
+from tests.oracles import (
+    cone_fold_in_exact,
+    cone_query_loss_oracle,
+    distance_to_probability_simplex,
+)
+
+TIGHT = {"max_iter": 20000, "tol": 1e-13}  # fold-in to convergence for oracle comparisons
+
+
+def random_batch(batch=4, length=6, n_features=5, seed=0, nan_padding=True):
+    """A padded float64 batch with graded labels, a single-label query and an n = 1 query."""
+    g = torch.Generator().manual_seed(seed)
+    features = torch.randn(batch, length, n_features, generator=g, dtype=torch.float64)
+    labels = torch.randint(0, 3, (batch, length), generator=g).to(torch.float64)
+    lengths = torch.randint(2, length + 1, (batch,), generator=g)
+    lengths[0] = length
+    mask = torch.arange(length).unsqueeze(0) < lengths.unsqueeze(1)
+    labels[0, :3] = torch.tensor([2.0, 1.0, 0.0])  # query 0 surely valid
+    if batch > 2:
+        labels[1] = 1.0  # single-label query
+    if batch > 3:
+        mask[2] = False
+        mask[2, 0] = True  # n = 1
+    if nan_padding:
+        features = torch.where(mask.unsqueeze(-1), features, torch.nan)
+        labels = torch.where(mask, labels, torch.nan)
+    return features, labels, mask
+
+
+def random_basis(n_features=5, n_basis=3, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n_features, n_basis, generator=g, dtype=torch.float64)
+
+
+def oracle_per_query(features, labels, mask, basis, **options):
+    values = []
+    for b in range(features.shape[0]):
+        keep = mask[b]
+        values.append(cone_query_loss_oracle(features[b][keep], labels[b][keep], basis, **options))
+    return torch.stack(values)
+
+
+class TestConeLoss:
+    @pytest.mark.parametrize(
+        "options",
+        [
+            {},
+            {"constraint": "cone"},
+            {"constraint": "band", "band": (0.5, 2.0)},
+            {"weighting": "none", "alpha": 0.5, "rho": 3.0},
+        ],
+    )
+    def test_value_and_gradient_match_oracle(self, options):
+        features, labels, mask = random_batch()
+        basis = random_basis()
+        f1 = features.clone().requires_grad_(True)
+        u1 = basis.clone().requires_grad_(True)
+        got = cone_loss(f1, labels, mask, u1, reduction="none", **options, **TIGHT)
+        got.sum().backward()
+        clean = torch.where(mask.unsqueeze(-1), features, 0.0).requires_grad_(True)
+        u2 = basis.clone().requires_grad_(True)
+        want = oracle_per_query(clean, labels, mask, u2, **options)
+        want.sum().backward()
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-9)
+        torch.testing.assert_close(u1.grad, u2.grad, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(f1.grad, clean.grad, rtol=1e-5, atol=1e-7)
+        assert got[1] == 0 and got[2] == 0  # single-label and n = 1 queries
+
+    @pytest.mark.parametrize("constraint", ["simplex", "cone", "band"])
+    def test_fista_matches_exact_fold_in(self, constraint):
+        g = torch.Generator().manual_seed(3)
+        basis = torch.randn(12, 10, generator=g, dtype=torch.float64)  # K = 10, UᵀU ≻ 0
+        z = 3.0 * torch.randn(25, 12, generator=g, dtype=torch.float64)
+        band = (0.5, 3.0)
+        w = cone_fold_in(z, basis, constraint=constraint, band=band, max_iter=20000, tol=1e-12)
+        values = ((z - w @ basis.T) ** 2).sum(-1)
+        for j in range(z.shape[0]):
+            w_exact, value = cone_fold_in_exact(z[j].numpy(), basis.numpy(), constraint, band)
+            assert values[j].item() == pytest.approx(value, rel=1e-6, abs=1e-9)
+            np.testing.assert_allclose(w[j].numpy(), w_exact, atol=1e-6)
+
+    def test_default_tolerance_is_accurate(self):
+        # the defaults (tol 1e-7, 500 iterations) meet SPEC §8's 1e-6 relative on the value
+        g = torch.Generator().manual_seed(4)
+        basis = torch.randn(8, 5, generator=g, dtype=torch.float64)
+        z = torch.randn(20, 8, generator=g, dtype=torch.float64)
+        w = cone_fold_in(z, basis)
+        values = ((z - w @ basis.T) ** 2).sum(-1)
+        for j in range(z.shape[0]):
+            _, value = cone_fold_in_exact(z[j].numpy(), basis.numpy())
+            assert values[j].item() == pytest.approx(value, rel=1e-6)
+
+    def test_wide_basis_value_matches_exact_and_warns_once(self, monkeypatch):
+        monkeypatch.setattr(cone_module, "_WARNED_WIDE_BASIS", False)
+        g = torch.Generator().manual_seed(5)
+        basis = torch.randn(3, 6, generator=g, dtype=torch.float64)  # K > F: UᵀU singular
+        features, labels, mask = random_batch(n_features=3, nan_padding=False)
+        with pytest.warns(UserWarning, match="singular"):
+            got = cone_loss(features, labels, mask, basis, reduction="none", **TIGHT)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            cone_loss(features, labels, mask, basis)  # second call: silent
+        want = oracle_per_query(features, labels, mask, basis)
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-9)
+
+    @pytest.mark.parametrize("solver", ["sg", "eg"])
+    def test_paper_solvers(self, solver):
+        g = torch.Generator().manual_seed(6)
+        basis = torch.randn(6, 4, generator=g, dtype=torch.float64)
+        z = torch.randn(30, 6, generator=g, dtype=torch.float64)
+        w = cone_fold_in(z, basis, solver=solver, max_iter=5000, tol=0)
+        assert torch.all(w >= 0)
+        torch.testing.assert_close(w.sum(-1), torch.ones(30, dtype=torch.float64))
+        values = ((z - w @ basis.T) ** 2).sum(-1)
+        exact = torch.tensor(
+            [cone_fold_in_exact(r.numpy(), basis.numpy())[1] for r in z], dtype=torch.float64
+        )
+        assert torch.all(values >= exact - 1e-9)
+        if solver == "eg":  # EG converges (slowly); SG's clamp-and-normalise is a heuristic
+            torch.testing.assert_close(values, exact, rtol=1e-4, atol=1e-6)
+        else:
+            assert (values - exact).mean() < 0.25 * exact.mean()  # ~11% here
+
+    def test_identity_cone_is_negative_part(self):
+        features, labels, mask = random_batch(nan_padding=False)
+        got = cone_loss(features, labels, mask, torch.eye(5, dtype=torch.float64),
+                        constraint="cone", reduction="none", **TIGHT)  # fmt: skip
+        want = []
+        for b in range(features.shape[0]):
+            x, r, total, count = features[b][mask[b]], labels[b][mask[b]], 0.0, 0
+            for l in range(len(r)):  # noqa: E741
+                for m in range(len(r)):
+                    if r[l] > r[m]:
+                        z = x[l] - x[m]
+                        z_tilde = math.sqrt(5) * z / (1 + z.norm())
+                        total += float((r[l] - r[m]) * (z_tilde.clamp(max=0) ** 2).sum())
+                        count += 1
+            want.append(total / max(count, 1))
+        torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64))
+
+    def test_identity_simplex_is_distance_to_probability_simplex(self):
+        g = torch.Generator().manual_seed(7)
+        features = torch.randn(1, 2, 4, generator=g, dtype=torch.float64)
+        labels = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
+        mask = torch.ones(1, 2, dtype=torch.bool)
+        got = cone_loss(features, labels, mask, torch.eye(4, dtype=torch.float64), **TIGHT)
+        z = features[0, 0] - features[0, 1]
+        z_tilde = 2.0 * z / (1.0 + z.norm())
+        assert got.item() == pytest.approx(distance_to_probability_simplex(z_tilde.numpy()))
+
+    def test_project_simplex_matches_bisection(self):
+        g = torch.Generator().manual_seed(8)
+        values = 3.0 * torch.randn(50, 7, generator=g, dtype=torch.float64)
+        projected = project_simplex(values)
+        distances = ((values - projected) ** 2).sum(-1)
+        for j in range(50):
+            assert distances[j].item() == pytest.approx(
+                distance_to_probability_simplex(values[j].numpy()), rel=1e-9, abs=1e-12
+            )
+
+    def test_nan_padding_changes_nothing_and_padding_gradient_is_zero(self):
+        features, labels, mask = random_batch(nan_padding=True)
+        basis = random_basis()
+        clean_f = torch.where(mask.unsqueeze(-1), features, 0.0)
+        clean_l = torch.where(mask, labels, 0.0)
+        f1 = features.clone().requires_grad_(True)
+        value = cone_loss(f1, labels, mask, basis)
+        value.backward()
+        assert torch.isfinite(value)
+        assert torch.all(f1.grad[~mask] == 0)
+        assert torch.isfinite(f1.grad).all()
+        torch.testing.assert_close(value, cone_loss(clean_f, clean_l, mask, basis))
+
+    def test_no_pairs_gives_connected_zero(self):
+        features = torch.randn(3, 4, 5, dtype=torch.float64, requires_grad=True)
+        labels = torch.tensor([[1.0, 1, 1, 1], [0, 0, 0, 0], [2, 0, 1, 0]], dtype=torch.float64)
+        mask = torch.tensor([[True] * 4, [True] * 4, [True, False, False, False]])
+        basis = random_basis().requires_grad_(True)
+        value = cone_loss(features, labels, mask, basis)
+        value.backward()
+        assert value.item() == 0.0
+        assert torch.all(features.grad == 0) and torch.all(basis.grad == 0)
+
+    def test_duplicate_documents(self):
+        # identical feature vectors with different labels: z = 0, loss = φ·dist(0, conv U)²
+        basis = random_basis(n_features=4, n_basis=3, seed=9).requires_grad_(True)
+        x = torch.randn(1, 4, dtype=torch.float64).expand(3, 4).clone()
+        features = x.unsqueeze(0).requires_grad_(True)
+        labels = torch.tensor([[2.0, 0.0, 1.0]], dtype=torch.float64)
+        mask = torch.ones(1, 3, dtype=torch.bool)
+        value = cone_loss(features, labels, mask, basis, **TIGHT)
+        value.backward()
+        _, distance = cone_fold_in_exact(np.zeros(4), basis.detach().numpy())
+        # φ = 2, 1, 1 over three pairs; mean = (4/3) dist²
+        assert value.item() == pytest.approx(4.0 / 3.0 * distance, rel=1e-8)
+        assert torch.isfinite(features.grad).all() and torch.isfinite(basis.grad).all()
+        u2 = basis.detach().clone().requires_grad_(True)
+        f2 = features.detach()[0].clone().requires_grad_(True)
+        cone_query_loss_oracle(f2, labels[0], u2).backward()
+        torch.testing.assert_close(basis.grad, u2.grad, rtol=1e-6, atol=1e-9)
+        torch.testing.assert_close(features.grad[0], f2.grad, rtol=1e-6, atol=1e-9)
+
+    def test_permutation_invariance(self):
+        features, labels, mask = random_batch(nan_padding=False)
+        mask[:] = True
+        basis = random_basis()
+        perm = torch.randperm(features.shape[1], generator=torch.Generator().manual_seed(2))
+        a = cone_loss(features, labels, mask, basis, reduction="none", **TIGHT)
+        b = cone_loss(features[:, perm], labels[:, perm], mask[:, perm], basis,
+                      reduction="none", **TIGHT)  # fmt: skip
+        torch.testing.assert_close(a, b)
+
+    def test_reductions(self):
+        features, labels, mask = random_batch(nan_padding=False)
+        basis = random_basis()
+        none = cone_loss(features, labels, mask, basis, reduction="none")
+        assert none.shape == (features.shape[0],)
+        total = cone_loss(features, labels, mask, basis, reduction="sum")
+        mean = cone_loss(features, labels, mask, basis, reduction="mean")
+        valid = (none != 0).sum()
+        torch.testing.assert_close(total, none.sum())
+        torch.testing.assert_close(mean, none.sum() / valid)
+
+    def test_gradcheck(self):
+        features, labels, mask = random_batch(batch=2, length=4, n_features=3, nan_padding=False)
+        features.requires_grad_(True)
+        basis = random_basis(n_features=3, n_basis=2).requires_grad_(True)
+
+        def fn(f, u):
+            return cone_loss(f, labels, mask, u, constraint="cone", **TIGHT)
+
+        assert torch.autograd.gradcheck(fn, (features, basis), eps=1e-6, atol=1e-5)
+
+    def test_extreme_features_are_finite(self):
+        features, labels, mask = random_batch(nan_padding=False)
+        features = (features.sign() * 1e3).float().requires_grad_(True)
+        basis = random_basis().float().requires_grad_(True)
+        value = cone_loss(features, labels.float(), mask, basis)
+        value.backward()
+        assert torch.isfinite(value) and value.item() > 0
+        assert torch.isfinite(features.grad).all() and torch.isfinite(basis.grad).all()
+
+    def test_sampled_pairs_static_shape_and_exact_for_one_pair(self):
+        features, labels, mask = random_batch(nan_padding=True)
+        basis = random_basis()
+        g = torch.Generator().manual_seed(0)
+        sampled = cone_loss(features, labels, mask, basis, max_pairs_per_query=8, generator=g,
+                            reduction="none")  # fmt: skip
+        assert sampled.shape == (4,) and torch.isfinite(sampled).all()
+        assert sampled[1] == 0 and sampled[2] == 0
+        # a query with exactly one pair: every sample is that pair
+        one = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
+        f = features[:1, :2]
+        exact = cone_loss(f, one, torch.ones(1, 2, dtype=torch.bool), basis)
+        drawn = cone_loss(f, one, torch.ones(1, 2, dtype=torch.bool), basis,
+                          max_pairs_per_query=5, generator=g)  # fmt: skip
+        torch.testing.assert_close(drawn, exact)
+
+    def test_sampled_pairs_are_unbiased(self):
+        features, labels, mask = random_batch(batch=1, length=6, nan_padding=False)
+        basis = random_basis()
+        exact = cone_loss(features, labels, mask, basis)
+        g = torch.Generator().manual_seed(1)
+        many = (features.expand(400, -1, -1), labels.expand(400, -1), mask.expand(400, -1))
+        drawn = cone_loss(*many, basis, max_pairs_per_query=20, generator=g)
+        assert drawn.item() == pytest.approx(exact.item(), rel=0.05)
+
+    def test_module_equals_function(self):
+        features, labels, mask = random_batch(nan_padding=True)
+        basis = random_basis()
+        module = ConeLoss(constraint="band", band=[0.5, 1.5], weighting="none")
+        torch.testing.assert_close(
+            module(features, labels, mask, basis),
+            cone_loss(features, labels, mask, basis, constraint="band", band=(0.5, 1.5),
+                      weighting="none"),
+        )  # fmt: skip
+
+    @pytest.mark.parametrize(
+        "kwargs",
+        [
+            {"constraint": "ball"},
+            {"weighting": "gain"},
+            {"solver": "newton"},
+            {"reduction": "avg"},
+            {"alpha": -1.0},
+            {"rho": 0.0},
+            {"band": (2.0, 1.0)},
+            {"max_iter": 0},
+            {"tol": -1.0},
+            {"max_pairs_per_query": 0},
+        ],
+    )
+    def test_bad_hyperparameters(self, kwargs):
+        with pytest.raises(ValueError):
+            ConeLoss(**kwargs)
+
+    def test_scores_instead_of_features(self):
+        with pytest.raises(ValueError, match="model=conerank"):
+            cone_loss(torch.randn(2, 4), torch.zeros(2, 4), torch.ones(2, 4, dtype=torch.bool),
+                      torch.eye(4))  # fmt: skip
+
+    def test_basis_width_mismatch(self):
+        with pytest.raises(ValueError, match="F = 5"):
+            cone_loss(torch.randn(2, 4, 5), torch.zeros(2, 4), torch.ones(2, 4, dtype=torch.bool),
+                      torch.randn(4, 3))  # fmt: skip
