@@ -110,7 +110,8 @@ def export(model, datamodule, run_dir: Path) -> None:
         raise ValueError("export folds in z-score statistics only; train with "
                          "data.normalization=zscore or none to export")
     stats = datamodule.feature_mean, datamodule.feature_std  # None, None without z-score
-    scorer = Scorer(model.ranker, *(None if s is None else torch.as_tensor(s) for s in stats))
+    statistics = (None if s is None else torch.as_tensor(s) for s in stats)
+    scorer = Scorer(model.ranker.serving_ranker(), *statistics)
     Console().print(f"TorchScript: {export_torchscript(scorer, run_dir / 'export/scorer.pt')}")
     try:
         Console().print(f"ONNX: {export_onnx(scorer, run_dir / 'export/scorer.onnx')}")

@@ -18,7 +18,8 @@ class Ranker(nn.Module):
     * ``loss_target(features)``: the tensor the loss ranks (scores here; ConeRank gives the
       features the cone lives in);
     * ``loss_inputs()``: extra tensors the loss takes by keyword (ConeRank: ``{"basis": U}``);
-    * ``constrain()``: re-imposes parameter constraints after each optimizer step.
+    * ``constrain()``: re-imposes parameter constraints after each optimizer step;
+    * ``serving_ranker()``: what export writes (ConeRank: its equivalent linear scorer).
     """
 
     n_features: int
@@ -32,6 +33,10 @@ class Ranker(nn.Module):
     @torch.no_grad()
     def constrain(self) -> None:
         """Called after every optimizer step; scalar rankers have nothing to enforce."""
+
+    def serving_ranker(self) -> Ranker:
+        """The module to export for serving: the same scores, in plain exportable operations."""
+        return self
 
     def regularized_weights(self) -> Iterator[torch.Tensor]:
         """The weight matrices that ℓ1 / ℓ2² penalties apply to (biases are never penalised)."""

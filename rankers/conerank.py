@@ -225,6 +225,11 @@ class ConeRank(Ranker):
         scores = votes.view(batch, length) + 0.5 * torch.sigmoid(linear)
         return torch.where(mask, scores, torch.zeros_like(scores))
 
+    def serving_ranker(self) -> Ranker:
+        """With the identity encoder, the equivalent :class:`LinearRanker` (no pseudo-inverse at
+        serving time, and ONNX has no ``linalg_pinv``); with an encoder, ConeRank itself."""
+        return self.export_linear() if isinstance(self.encoder, nn.Identity) else self
+
     @torch.no_grad()
     def export_linear(self) -> LinearRanker:
         """The trained cone as a :class:`LinearRanker` with weight v and bias 0 (same scores)."""

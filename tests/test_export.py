@@ -77,6 +77,19 @@ def test_exported_torchscript_equals_eager_on_any_shape(ranker, tmp_path):
         torch.testing.assert_close(scripted(features), scorer(features), rtol=1e-6, atol=1e-6)
 
 
+def test_conerank_serves_as_its_linear_scorer_in_onnx(tmp_path):
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the optional export extra")
+    cone = ConeRank(46, n_basis=4, seed=0)
+    scorer = Scorer(cone.serving_ranker(), mean=torch.rand(46), std=torch.rand(46) + 0.5).eval()
+    session = ort.InferenceSession(
+        str(export_onnx(scorer, tmp_path / "scorer.onnx")), providers=["CPUExecutionProvider"]
+    )
+    features = torch.randn(3, 17, 46)
+    eager = cone((features - scorer.mean) / scorer.std)
+    served = torch.from_numpy(session.run(None, {"features": features.numpy()})[0])
+    torch.testing.assert_close(served, eager, rtol=1e-4, atol=1e-4)
+
+
 def test_exported_onnx_equals_eager_on_any_shape(tmp_path):
     ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the optional export extra")
     pytest.importorskip("onnx", reason="onnx is the optional export extra")
