@@ -197,7 +197,7 @@ def mean_std(rows: list[dict], key: str) -> tuple[float, float]:
 
 def summary_table(configs: list[Config], results: dict[str, list[dict]]) -> str:
     """One row per configuration: mean ± std over folds, and seconds per fold."""
-    header = ["configuration", "kind", *HEADERS, "s / fold", "CPU s / fold", "folds"]
+    header = ["configuration", "kind", *HEADERS, "val MAP", "s / fold", "CPU s / fold", "folds"]
     lines = ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 2)]
     for config in configs:
         rows = _ok(results[config.name])
@@ -206,9 +206,12 @@ def summary_table(configs: list[Config], results: dict[str, list[dict]]) -> str:
             lines.append(f"| {config.name} | {config.kind} | failed: {errors} |")
             continue
         cells = []
-        for key in [*COLUMNS, "seconds", "cpu_seconds"]:
+        for key in [*COLUMNS, "val_map", "seconds", "cpu_seconds"]:
             mean, std = mean_std(rows, key)
-            cells.append(f"{mean:.1f}" if key.endswith("seconds") else f"{mean:.4f} ± {std:.4f}")
+            if key.endswith("seconds") or key == "val_map":
+                cells.append(f"{mean:.4f}" if key == "val_map" else f"{mean:.1f}")
+            else:
+                cells.append(f"{mean:.4f} ± {std:.4f}")
         folds = f"{len(rows)}/{len(results[config.name])}"
         lines.append(f"| {config.name} | {config.kind} | " + " | ".join(cells) + f" | {folds} |")
     return "\n".join(lines) + "\n"
@@ -238,23 +241,32 @@ def markdown_table(name: str, rows: list[dict]) -> str:
 
 
 def target_note(configs: list[Config], results: dict[str, list[dict]]) -> str:
-    """Best differank row vs the best peer row and the MQ2008 targets."""
-    def best(kind: str) -> tuple[str, float, float] | None:
-        scored = [(c.name, *[mean_std(_ok(results[c.name]), k)[0] for k in TARGETS])
+    """The best differank row (by test MAP, and by validation MAP: the honest pick) against the
+    best peer row and the issue's MQ2008 targets."""
+    def best(kind: str, by: str) -> tuple[str, float, float, float] | None:
+        scored = [(c.name, *[mean_std(_ok(results[c.name]), k)[0]
+                             for k in ("map", "mean_ndcg", "val_map")])
                   for c in configs if c.kind == kind and _ok(results[c.name])]
-        return max(scored, key=lambda s: s[1]) if scored else None
+        index = 3 if by == "val_map" else 1
+        return max(scored, key=lambda s: s[index]) if scored else None
 
-    ours, peer = best("ours"), best("peer")
-    if ours is None:
-        return ""
-    lines = [f"Best differank row by MAP: {ours[0]} (MAP {ours[1]:.4f}, MeanNDCG {ours[2]:.4f}); "
-             f"targets MAP >= {TARGETS['map']:.3f} ({ours[1] - TARGETS['map']:+.4f}), "
-             f"MeanNDCG >= {TARGETS['mean_ndcg']:.3f} ({ours[2] - TARGETS['mean_ndcg']:+.4f})."]
-    if peer is not None:
-        lines.append(f"Best peer by MAP: {peer[0]} (MAP {peer[1]:.4f}, MeanNDCG {peer[2]:.4f}); "
-                     f"differank - peer: MAP {ours[1] - peer[1]:+.4f}, "
-                     f"MeanNDCG {ours[2] - peer[2]:+.4f}.")
-    return "\n".join(lines) + "\n"
+    lines = []
+    peer = best("peer", "map")
+    for by, label in (("map", "test MAP"), ("val_map", "validation MAP")):
+        ours = best("ours", by)
+        if ours is None:
+            return ""
+        line = (f"Best differank row by {label}: {ours[0]} (test MAP {ours[1]:.4f}, MeanNDCG "
+                f"{ours[2]:.4f}; val MAP {ours[3]:.4f}); vs targets MAP >= {TARGETS['map']:.3f}: "
+                f"{ours[1] - TARGETS['map']:+.4f}, MeanNDCG >= {TARGETS['mean_ndcg']:.3f}: "
+                f"{ours[2] - TARGETS['mean_ndcg']:+.4f}")
+        if peer is not None:
+            line += (f"; vs the best peer {peer[0]} (MAP {peer[1]:.4f}, MeanNDCG {peer[2]:.4f}): "
+                     f"MAP {ours[1] - peer[1]:+.4f}, MeanNDCG {ours[2] - peer[2]:+.4f}")
+        lines.append(line + ".")
+    lines.append("Fold-to-fold std of MAP is ~0.04 (standard error of a 5-fold mean ~0.02): "
+                 "differences below ~0.01 between rows are within noise.")
+    return "\n\n".join(lines) + "\n"
 
 
 def bar_plot(configs: list[Config], results: dict[str, list[dict]], path: Path,
@@ -358,6 +370,7 @@ def main(argv: list[str] | None = None) -> None:
 
     mq2008 = not any(o.startswith("data=") and o != "data=mq2008" for o in extra)
     start = time.perf_counter()
+    ran = list(configs)
     results = run_all(configs, folds, args.runs, args.jobs, args.tiny)
     wall = time.perf_counter() - start
     for path in args.include:  # rows of earlier runs; a configuration run now takes precedence
@@ -369,9 +382,11 @@ def main(argv: list[str] | None = None) -> None:
     reference = None
     parts = ["## Summary (test split, mean ± std over folds; selection on validation MAP)", "",
              summary_table(configs, results), target_note(configs, results) if mq2008 else "",
-             f"Wall time: {wall:.0f} s for {len(configs)} configurations × {len(folds)} folds "
+             f"Wall time: {wall:.0f} s for {len(ran)} configurations × {len(folds)} folds "
              f"with --jobs {args.jobs}; CPU time of the runs {cpu_total(results):.0f} s "
-             f"(one thread each; on an idle machine, wall ≈ CPU / jobs).", ""]
+             f"(one thread each; on an idle machine, wall ≈ CPU / jobs)." if ran else
+             f"Rows from {', '.join(str(p) for p in args.include)} (CPU time of those runs "
+             f"{cpu_total(results):.0f} s).", ""]
     if mq2008 and not args.no_papers:
         from benchmarks.papers import CONERANK_TABLE1_MQ2008, mq2008_reference, table
 

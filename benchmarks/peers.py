@@ -1,0 +1,241 @@
+"""Peer rankers on one LETOR fold, scored exactly like differank's own runs.
+
+    python benchmarks/peers.py --peers lightgbm xgboost ranksvm --folds 1 2 3 4 5
+
+Peers (the ``bench`` extra: ``lightgbm``, ``xgboost-cpu``, ``scikit-learn``):
+
+- ``lightgbm``: LightGBM ``lambdarank`` (gradient-boosted trees, learning rate 0.05), the
+  number of trees by early stopping on validation MAP (patience 50), ``num_leaves`` chosen on
+  validation MAP;
+- ``xgboost``: XGBoost ``rank:ndcg`` (hist trees, eta 0.05), the number of trees by early
+  stopping on validation MAP (patience 50), ``max_depth`` chosen on validation MAP;
+- ``ranksvm``: a linear RankSVM: scikit-learn ``LinearSVC`` (squared hinge, L2, no intercept,
+  primal solver; the RankSVM primal of Chapelle & Keerthi 2010) fitted
+  on within-query feature differences x_i - x_j of training pairs with label_i > label_j
+  (at most ``MAX_PAIRS_PER_QUERY`` sampled per query, signs flipped at random for balance);
+  ``C`` chosen on validation MAP. It is sklearn's solver, not a differank loss.
+
+Every peer reads the fold through the same :class:`~datamodules.letor.LetorDataModule` as
+``train.py`` (z-scored features), writes ``predictions/test.txt`` aligned line by line with the
+test file(s) and ``test_metrics.json`` from :func:`rankers.evaluate.evaluate_files` (SPEC §6),
+so a peer row is measured exactly as a differank row. Validation MAP (same evaluator) is the
+only selection signal; the test split is touched once, by the selected model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rankers.evaluate import evaluate_files  # noqa: E402
+from rankers.metrics import letor_metrics  # noqa: E402
+
+MAX_PAIRS_PER_QUERY = 2000  # RankSVM pair budget per training query (memory stays bounded)
+PEERS = ("lightgbm", "xgboost", "ranksvm")
+LABELS = {
+    "lightgbm": "LightGBM lambdarank",
+    "xgboost": "XGBoost rank:ndcg",
+    "ranksvm": "RankSVM (linear, sklearn)",
+}
+
+
+def grouped(split) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows reordered so each query is contiguous: (features, labels, group sizes)."""
+    order = np.concatenate([split.query_rows[q] for q in split.queries])
+    sizes = np.asarray([len(split.query_rows[q]) for q in split.queries], dtype=np.int64)
+    return split.features[order], split.labels[order], sizes
+
+
+def score_file(datamodule, split: str, scores: np.ndarray, path: Path) -> dict[str, float]:
+    """Write one score per source row (``%.17g``) and score it with the SPEC §6 evaluator."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{s:.17g}\n" for s in np.asarray(scores, dtype=np.float64)))
+    return evaluate_files(datamodule.split_files(split), path)
+
+
+class GroupedMap:
+    """Mean LETOR MAP (SPEC §6, :func:`rankers.metrics.letor_metrics`) of scores given in
+    :func:`grouped` order: the early-stopping metric of the tree peers."""
+
+    def __init__(self, labels: np.ndarray, sizes: np.ndarray):
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        columns = np.arange(int(sizes.max()))
+        self.mask = torch.from_numpy(columns[None, :] < sizes[:, None])
+        self.index = torch.from_numpy(np.where(self.mask.numpy(), starts[:, None] + columns, 0))
+        self.labels = torch.from_numpy(np.asarray(labels, dtype=np.float64))[self.index]
+
+    def __call__(self, scores: np.ndarray) -> float:
+        values = torch.from_numpy(np.asarray(scores, dtype=np.float64))[self.index]
+        return float(letor_metrics(values, self.labels, self.mask, ks=(1,))["map"].mean())
+
+
+def _val_map(datamodule, scores: np.ndarray) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        return score_file(datamodule, "val", scores, Path(tmp) / "val.txt")["map"]
+
+
+def fit_lightgbm(datamodule, tiny: bool) -> tuple[Callable, dict, float]:
+    import lightgbm as lgb
+
+    train, val = datamodule.split_data("train"), datamodule.split_data("val")
+    x, y, groups = grouped(train)
+    vx, vy, vgroups = grouped(val)
+    val_map = GroupedMap(vy, vgroups)
+    rounds, best = (20, 5) if tiny else (1000, 50)
+    chosen = None
+    for leaves in [7] if tiny else [7, 15, 31]:
+        params = {
+            "objective": "lambdarank", "metric": "None",
+            "learning_rate": 0.05, "num_leaves": leaves, "min_data_in_leaf": 20,
+            "feature_fraction": 0.9, "bagging_fraction": 0.9, "bagging_freq": 1,
+            "num_threads": 1, "verbose": -1, "seed": 0, "deterministic": True,
+        }
+        data = lgb.Dataset(x, y, group=groups)
+        valid = lgb.Dataset(vx, vy, group=vgroups, reference=data)
+        booster = lgb.train(
+            params, data, num_boost_round=rounds, valid_sets=[valid],
+            feval=lambda scores, _: ("map", val_map(scores), True),
+            callbacks=[lgb.early_stopping(best, verbose=False)],
+        )
+        predict = lambda f, b=booster: b.predict(f, num_iteration=b.best_iteration)  # noqa: E731
+        score = _val_map(datamodule, predict(val.features))
+        settings = {"num_leaves": leaves, "rounds": booster.best_iteration}
+        if chosen is None or score > chosen[2]:
+            chosen = (predict, settings, score)
+    return chosen
+
+
+def fit_xgboost(datamodule, tiny: bool) -> tuple[Callable, dict, float]:
+    import xgboost as xgb
+
+    train, val = datamodule.split_data("train"), datamodule.split_data("val")
+    x, y, groups = grouped(train)
+    vx, vy, vgroups = grouped(val)
+    dtrain = xgb.DMatrix(x, label=y, group=groups)
+    dval = xgb.DMatrix(vx, label=vy, group=vgroups)
+    val_map = GroupedMap(vy, vgroups)
+    rounds, best = (20, 5) if tiny else (1000, 50)
+    chosen = None
+    for depth in [3] if tiny else [3, 6]:
+        params = {
+            "objective": "rank:ndcg", "disable_default_eval_metric": 1, "eta": 0.05,
+            "max_depth": depth, "min_child_weight": 1, "subsample": 0.9,
+            "colsample_bytree": 0.9, "tree_method": "hist", "nthread": 1, "seed": 0,
+        }
+        booster = xgb.train(
+            params, dtrain, num_boost_round=rounds, evals=[(dval, "val")],
+            custom_metric=lambda scores, _: ("map", val_map(scores)), maximize=True,
+            early_stopping_rounds=best, verbose_eval=False,
+        )
+        limit = (0, booster.best_iteration + 1)
+        predict = lambda f, b=booster, r=limit: b.predict(xgb.DMatrix(f), iteration_range=r)  # noqa: E731
+        score = _val_map(datamodule, predict(val.features))
+        settings = {"max_depth": depth, "rounds": booster.best_iteration + 1}
+        if chosen is None or score > chosen[2]:
+            chosen = (predict, settings, score)
+    return chosen
+
+
+def pair_differences(split, max_pairs: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """x_i - x_j for pairs with label_i > label_j in one query (a sample of at most
+    ``max_pairs`` per query), each multiplied by a random sign that becomes its class."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for q in split.queries:
+        rows = split.query_rows[q]
+        labels = split.labels[rows]
+        high, low = np.nonzero(labels[:, None] > labels[None, :])
+        if len(high) > max_pairs:
+            keep = rng.choice(len(high), max_pairs, replace=False)
+            high, low = high[keep], low[keep]
+        parts.append(split.features[rows[high]] - split.features[rows[low]])
+    diffs = np.concatenate(parts).astype(np.float64)
+    signs = rng.choice([-1.0, 1.0], size=len(diffs))
+    return diffs * signs[:, None], signs
+
+
+def fit_ranksvm(datamodule, tiny: bool) -> tuple[Callable, dict, float]:
+    from sklearn.svm import LinearSVC
+
+    train, val = datamodule.split_data("train"), datamodule.split_data("val")
+    diffs, signs = pair_differences(train, MAX_PAIRS_PER_QUERY)
+    chosen = None
+    for c in [0.01] if tiny else [1e-3, 1e-2, 1e-1, 1.0]:
+        svm = LinearSVC(C=c, loss="squared_hinge", fit_intercept=False, dual=False,
+                        max_iter=5000, random_state=0)
+        svm.fit(diffs, signs)
+        weights = svm.coef_.ravel()
+        predict = lambda f, w=weights: np.asarray(f, dtype=np.float64) @ w  # noqa: E731
+        score = _val_map(datamodule, predict(val.features))
+        settings = {"C": c, "pairs": len(diffs)}
+        if chosen is None or score > chosen[2]:
+            chosen = (predict, settings, score)
+    return chosen
+
+
+FITTERS = {"lightgbm": fit_lightgbm, "xgboost": fit_xgboost, "ranksvm": fit_ranksvm}
+MODULES = {"lightgbm": "lightgbm", "xgboost": "xgboost", "ranksvm": "sklearn"}
+
+
+def available(peer: str) -> bool:
+    """Whether the peer's package imports; prints why not (the ``bench`` extra) otherwise."""
+    try:
+        __import__(MODULES[peer])
+    except ImportError as error:
+        print(f"skipping peer {peer}: {error} (pip install -e '.[bench]')", flush=True)
+        return False
+    return True
+
+
+def run_peer(peer: str, datamodule, run_dir: Path, tiny: bool = False) -> dict:
+    """Fit ``peer`` on the datamodule's fold, choose on validation, write and score test.
+
+    Returns the row ``{fold, <metrics>, val_map, seconds, settings}`` like ``reproduce.py``'s.
+    """
+    start = time.perf_counter()
+    predict, settings, val_map = FITTERS[peer](datamodule, tiny)
+    test = datamodule.split_data("test")
+    predictions = run_dir / "predictions" / "test.txt"
+    metrics = score_file(datamodule, "test", predict(test.features), predictions)
+    seconds = time.perf_counter() - start
+    (run_dir / "test_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    (run_dir / "settings.json").write_text(json.dumps({**settings, "val_map": val_map}) + "\n")
+    return {"fold": datamodule.fold, **metrics, "val_map": val_map, "seconds": seconds,
+            "settings": settings}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--peers", nargs="*", default=list(PEERS), choices=PEERS)
+    parser.add_argument("--folds", nargs="*", type=int, default=[1, 2, 3, 4, 5])
+    parser.add_argument("--root", default=str(ROOT.parent / "shared" / "data" / "MQ2008"))
+    parser.add_argument("--runs", type=Path, default=ROOT / "outputs" / "reproduce")
+    parser.add_argument("--tiny", action="store_true", help="one small setting, few rounds")
+    args = parser.parse_args()
+
+    from datamodules.letor import LetorDataModule
+
+    for peer in args.peers:
+        if not available(peer):
+            continue
+        for fold in args.folds:
+            datamodule = LetorDataModule(args.root, fold=fold)
+            row = run_peer(peer, datamodule, args.runs / f"peer_{peer}" / f"fold{fold}", args.tiny)
+            print(json.dumps({"peer": peer, **row}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""Smoke tests: every benchmark script runs end to end on tiny inputs; the MSLR-shaped generator
+keeps its shape promises. The real benchmark runs are not part of the test suite."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import papers, peers, reproduce, scale, throughput  # noqa: E402
+from datamodules.mslr_synthetic import (  # noqa: E402
+    MSLR_WEB30K,
+    generate_mslr,
+    iterate_batches,
+    query_lengths,
+)
+
+
+class TestMslrSynthetic:
+    def test_full_shape_lengths(self):
+        lengths = query_lengths(MSLR_WEB30K["n_queries"], MSLR_WEB30K["n_docs"],
+                                MSLR_WEB30K["max_list"], seed=0)
+        assert len(lengths) == 31531 and lengths.sum() == 3771125
+        assert lengths.max() == 1251 and lengths.min() >= 1
+
+    def test_small_set_is_deterministic_and_labelled(self):
+        a = generate_mslr(n_queries=30, n_docs=900, n_features=12, max_list=80, seed=3,
+                          chunk_queries=7)
+        b = generate_mslr(n_queries=30, n_docs=900, n_features=12, max_list=80, seed=3,
+                          chunk_queries=7)
+        assert np.array_equal(a.features, b.features) and np.array_equal(a.labels, b.labels)
+        assert a.features.dtype == np.float32 and a.features.shape == (900, 12)
+        assert set(np.unique(a.labels)) <= {0.0, 1.0, 2.0, 3.0, 4.0}
+        assert a.offsets[-1] == 900 and a.lengths.max() == 80
+
+    def test_batches_follow_the_contract_and_cap(self):
+        data = generate_mslr(n_queries=20, n_docs=600, n_features=5, max_list=90)
+        seen = 0
+        for batch in iterate_batches(data, 8, max_list=32):
+            b, length, f = batch["features"].shape
+            assert f == 5 and length <= 32 and batch["mask"].dtype == torch.bool
+            assert batch["labels"].shape == (b, length)
+            assert bool((batch["features"][~batch["mask"]] == 0).all())
+            seen += b
+        assert seen == 20
+
+
+def test_papers_tables_pin_published_numbers():
+    text = papers.all_tables()
+    assert "| ConeRank-SG | 0.454 | 0.464 |" in text
+    assert "ConvexLoss_NDCG" in text and "DomRank-Layered" in text
+    assert papers.mq2008_reference()["RankBoost (paper)"]["map"] == 0.467
+
+
+def test_reproduce_tiny_suite_with_a_peer(tmp_path):
+    out = tmp_path / "tiny.md"
+    reproduce.main(["--suite", "tiny", "--only", "ranknet", "--peers", "ranksvm", "--tiny",
+                    "--out", str(out), "--runs", str(tmp_path / "runs")])
+    text = out.read_text()
+    assert "| ranknet | ours |" in text and "| peer_ranksvm | peer |" in text
+    assert "failed" not in text
+    rows = json.loads(out.with_suffix(".json").read_text())
+    assert set(rows["ranknet"][0]) >= {"map", "mean_ndcg", "seconds", "val_map"}
+    assert out.with_suffix(".png").stat().st_size > 0
+    predictions = tmp_path / "runs" / "peer_ranksvm" / "fold1" / "predictions" / "test.txt"
+    assert predictions.is_file()
+
+
+@pytest.mark.parametrize("peer", ["lightgbm", "xgboost"])
+def test_tree_peers_tiny(peer, tmp_path):
+    pytest.importorskip(peers.MODULES[peer])
+    from datamodules.synthetic import SyntheticLetorDataModule
+
+    datamodule = SyntheticLetorDataModule(n_train_queries=40, n_val_queries=20,
+                                          n_test_queries=20)
+    row = peers.run_peer(peer, datamodule, tmp_path, tiny=True)
+    assert 0.0 <= row["map"] <= 1.0 and 0.0 <= row["val_map"] <= 1.0
+    lines = (tmp_path / "predictions" / "test.txt").read_text().splitlines()
+    assert len(lines) == datamodule.num_rows("test")
+
+
+def test_throughput_tiny(tmp_path):
+    out = tmp_path / "throughput.md"
+    throughput.main(["--tiny", "--losses", "ranknet", "domination", "--out", str(out)])
+    text = out.read_text()
+    assert "| ranknet | 8 |" in text and "| domination | 16 |" in text
+    assert "queries / s" in text and out.with_suffix(".png").stat().st_size > 0
+
+
+def test_scale_tiny(tmp_path):
+    out = tmp_path / "scale.md"
+    scale.main(["--tiny", "--losses", "listnet", "--out", str(out)])
+    text = out.read_text()
+    assert "| listnet | full lists |" in text and "failed" not in text
