@@ -191,7 +191,7 @@ def cone_fold_in(
     return result
 
 
-def _normalise(z: torch.Tensor, alpha: float, rho: float) -> torch.Tensor:
+def normalise_differences(z: torch.Tensor, alpha: float, rho: float) -> torch.Tensor:
     """Eq. 5, ``ρ z / (α + ‖z‖)``; at z = 0 the norm's (sub)gradient is taken as 0."""
     squared = z.pow(2).sum(dim=-1, keepdim=True)
     positive = squared > 0
@@ -301,7 +301,7 @@ def cone_loss(
         counts = ok.sum(dim=1)
         pair_valid = ok.reshape(-1)
 
-    z_tilde = _normalise(z, alpha, rho)
+    z_tilde = normalise_differences(z, alpha, rho)
     w = cone_fold_in(
         z_tilde, basis, constraint=constraint, band=band, solver=solver, max_iter=max_iter, tol=tol
     ).to(z_tilde.dtype)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from losses.cone import _normalise, cone_fold_in
+from losses.cone import cone_fold_in, normalise_differences
 from rankers.base import Ranker
 from rankers.linear import LinearRanker
 
@@ -213,7 +213,9 @@ class ConeRank(Ranker):
         upper = torch.ones(length, length, dtype=torch.bool, device=encoded.device).triu(1)
         pairs = upper & mask.unsqueeze(-1) & mask.unsqueeze(-2)
         query, first, second = torch.where(pairs)
-        z = _normalise(encoded[query, first] - encoded[query, second], self.alpha, self.rho)
+        z = normalise_differences(
+            encoded[query, first] - encoded[query, second], self.alpha, self.rho
+        )
         both = torch.cat([z, -z])
         w = cone_fold_in(both, self.basis, constraint=self.constraint)
         distance = (both - w @ self.basis.T).pow(2).sum(dim=-1)
