@@ -42,7 +42,19 @@ def _warn_wide_basis(n_features: int, n_basis: int) -> None:
         )
 
 
-def _check_options(constraint: str, weighting: str, solver: str, band: tuple[float, float]) -> None:
+def _check_options(
+    constraint: str,
+    weighting: str,
+    solver: str,
+    band: tuple[float, float],
+    *,
+    alpha: float = 1.0,
+    rho: float | None = None,
+    max_iter: int = 1,
+    tol: float = 0.0,
+    max_pairs_per_query: int | None = None,
+) -> None:
+    """The one validation of the cone hyperparameters, shared by the function and the module."""
     if constraint not in CONSTRAINTS:
         raise ValueError(f"constraint must be one of {CONSTRAINTS}, got {constraint!r}")
     if weighting not in WEIGHTINGS:
@@ -52,6 +64,16 @@ def _check_options(constraint: str, weighting: str, solver: str, band: tuple[flo
     lower, upper = band
     if not 0.0 <= lower <= upper or math.isinf(lower):
         raise ValueError(f"band must satisfy 0 <= lower <= upper, got {band}")
+    if alpha < 0:
+        raise ValueError(f"alpha must be >= 0, got {alpha}")
+    if rho is not None and rho <= 0:
+        raise ValueError(f"rho must be > 0, got {rho}")
+    if max_iter < 1:
+        raise ValueError(f"max_iter must be >= 1, got {max_iter}")
+    if tol < 0:
+        raise ValueError(f"tol must be >= 0, got {tol}")
+    if max_pairs_per_query is not None and max_pairs_per_query < 1:
+        raise ValueError(f"max_pairs_per_query must be >= 1 or None, got {max_pairs_per_query}")
 
 
 def project_simplex(values: torch.Tensor, total: float | torch.Tensor = 1.0) -> torch.Tensor:
@@ -144,9 +166,7 @@ def cone_fold_in(
         tensor([[1., 0.],
                 [0., 1.]], dtype=torch.float64)
     """
-    _check_options(constraint, "none", solver, band)
-    if max_iter < 1:
-        raise ValueError(f"max_iter must be >= 1, got {max_iter}")
+    _check_options(constraint, "none", solver, band, max_iter=max_iter)
     z = z.detach()
     basis = basis.detach().to(z.dtype)
     gram = basis.T @ basis  # [K, K], shared by all pairs
@@ -270,14 +290,11 @@ def cone_loss(
             f"basis must be [F, K] with F = {features.shape[-1]} (the features' last dimension), "
             f"got shape {tuple(basis.shape)}"
         )
-    _check_options(constraint, weighting, solver, band)
+    _check_options(
+        constraint, weighting, solver, band, alpha=alpha, rho=rho,
+        max_pairs_per_query=max_pairs_per_query,
+    )  # fmt: skip
     check_reduction(reduction)
-    if alpha < 0:
-        raise ValueError(f"alpha must be >= 0, got {alpha}")
-    if rho is not None and rho <= 0:
-        raise ValueError(f"rho must be > 0, got {rho}")
-    if max_pairs_per_query is not None and max_pairs_per_query < 1:
-        raise ValueError(f"max_pairs_per_query must be >= 1 or None, got {max_pairs_per_query}")
     n_features = features.shape[-1]
     _warn_wide_basis(n_features, basis.shape[1])
     rho = math.sqrt(n_features) if rho is None else rho
@@ -348,18 +365,11 @@ class ConeLoss(nn.Module):
     ) -> None:
         super().__init__()
         band = (float(band[0]), float(band[1]))
-        _check_options(constraint, weighting, solver, band)
+        _check_options(
+            constraint, weighting, solver, band, alpha=alpha, rho=rho, max_iter=max_iter,
+            tol=tol, max_pairs_per_query=max_pairs_per_query,
+        )  # fmt: skip
         check_reduction(reduction)
-        if alpha < 0:
-            raise ValueError(f"alpha must be >= 0, got {alpha}")
-        if rho is not None and rho <= 0:
-            raise ValueError(f"rho must be > 0, got {rho}")
-        if max_iter < 1:
-            raise ValueError(f"max_iter must be >= 1, got {max_iter}")
-        if tol < 0:
-            raise ValueError(f"tol must be >= 0, got {tol}")
-        if max_pairs_per_query is not None and max_pairs_per_query < 1:
-            raise ValueError(f"max_pairs_per_query must be >= 1 or None, got {max_pairs_per_query}")
         self.alpha, self.rho, self.constraint, self.weighting = alpha, rho, constraint, weighting
         self.band, self.solver, self.max_iter, self.tol = band, solver, max_iter, tol
         self.max_pairs_per_query, self.reduction = max_pairs_per_query, reduction
