@@ -348,8 +348,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.only is not None:
         configs = [c for c in configs if c.name in args.only]
     configs += [experiment(name) for name in args.experiment]
-    if not configs and args.peers is None and not args.include:
-        configs = [Config(" ".join(args.overrides) or "defaults")]
+    if not configs and (args.overrides or (args.peers is None and not args.include)):
+        configs = [Config(" ".join(args.overrides) or "defaults")]  # the --overrides row
     configs = [c for c in configs if experiment_exists(c)]
     extra = [*TINY_OVERRIDES, *args.overrides] if args.tiny else args.overrides
     configs = [Config(c.name.replace(" ", "_").replace("/", "-"), [*c.overrides, *extra],

@@ -3,13 +3,16 @@
 ``RankingModule`` trains any :class:`~rankers.base.Ranker` with any loss by gradient steps;
 ``FullBatchModule`` trains with a full-batch solver (coordinate descent, cutting planes). Both
 share :class:`EvaluationModule`: LETOR-exact validation/test metrics and the test scores that
-``train.py`` writes as a prediction file.
+``train.py`` writes as a prediction file. :class:`RunConsole` and :class:`ProgressBar` are the
+callbacks that make a run readable while it trains (``conf/callbacks/default.yaml``).
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytorch_lightning as pl
 import torch
@@ -18,6 +21,8 @@ from torch import nn
 
 from rankers.base import FullBatchSolver, Ranker
 from rankers.metrics import check_metric_options, letor_metrics, metric_keys
+
+log = logging.getLogger(__name__)
 
 
 class LetorMetric(torchmetrics.Metric):
@@ -51,7 +56,11 @@ class LetorMetric(torchmetrics.Metric):
 
     def update(self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> None:
         per_query = letor_metrics(
-            scores, labels, mask, ks=self.ks, convention=self.convention,
+            scores,
+            labels,
+            mask,
+            ks=self.ks,
+            convention=self.convention,
             short_list=self.short_list,
         )  # empty rows give 0 everywhere, so they add nothing to the sums
         self.sums = self.sums + torch.stack([per_query[key].sum() for key in self.keys])
@@ -100,6 +109,17 @@ class EvaluationModule(pl.LightningModule):
         self.test_metrics = LetorMetric(ks)
         self.test_rows: list[torch.Tensor] = []
         self.test_scores: list[torch.Tensor] = []
+        # What train.py saves with every checkpoint (resolved config, data fingerprint); it must
+        # hold only what ``torch.load(weights_only=True)`` reads: containers, numbers, strings.
+        self.run_record: dict[str, Any] = {}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Adds ``checkpoint["differank"]``: the run record and the validation metrics of the
+        saved epoch (for ``best.ckpt``, the best epoch's)."""
+        if self.run_record:
+            metrics = self.trainer.callback_metrics
+            validation = {k: float(v) for k, v in metrics.items() if k.startswith("val/")}
+            checkpoint["differank"] = {**self.run_record, "validation": validation}
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         return self.ranker(features)
@@ -175,6 +195,8 @@ class EvaluationModule(pl.LightningModule):
         values = metric.compute()
         # Synced already (equal on every process): sync_dist only averages equal values.
         logged = {f"{stage}/{key}": value.float() for key, value in values.items()}
+        shown = logged.pop(f"{stage}/map")  # the progress bar shows MAP
+        self.log(f"{stage}/map", shown, sync_dist=True, prog_bar=stage == "val")
         self.log_dict(logged, sync_dist=True)
         metric.reset()
 
@@ -221,7 +243,15 @@ class RankingModule(EvaluationModule):
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss = self.batch_loss(batch)
         size = batch["mask"].shape[0]
-        self.log("train/loss", loss, batch_size=size, on_epoch=True, on_step=False, sync_dist=True)
+        self.log(
+            "train/loss",
+            loss,
+            batch_size=size,
+            on_epoch=True,
+            on_step=False,
+            sync_dist=True,
+            prog_bar=True,
+        )
         return loss + self.penalty()
 
     def optimizer_step(self, *args, **kwargs) -> None:
@@ -267,16 +297,126 @@ class FullBatchModule(EvaluationModule):
         with torch.no_grad():
             loss = self.batch_loss(full)
         size = full["mask"].shape[0]
-        self.log("train/loss", loss, batch_size=size, on_step=False, on_epoch=True)
+        self.log("train/loss", loss, batch_size=size, on_step=False, on_epoch=True, prog_bar=True)
         self.log_dict(
             {f"train/{k}": float(v) for k, v in stats.items()},
-            batch_size=size, on_step=False, on_epoch=True,
+            batch_size=size,
+            on_step=False,
+            on_epoch=True,
         )
         self.optimizers().step()  # moves nothing; advances the step count checkpointing keys on
         if self.solver.converged:
             self.trainer.should_stop = True
+            log.info(
+                "  %s converged: training stops after epoch %d",
+                type(self.solver).__name__,
+                self.current_epoch,
+            )
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         # The solver writes the weights itself. Lightning counts steps (and ModelCheckpoint saves
         # best.ckpt) only through an optimizer's step: this one has lr 0 and sees no gradients.
         return torch.optim.SGD(self.ranker.parameters(), lr=0.0)
+
+
+class ProgressBar(pl.callbacks.RichProgressBar):
+    """Lightning's Rich progress bar showing the metrics logged with ``prog_bar=True``
+    (``train/loss``, ``val/map``) and nothing else (no logger version ``v_num``)."""
+
+    def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
+        items = super().get_metrics(trainer, pl_module)
+        items.pop("v_num", None)
+        return items
+
+
+class RunConsole(pl.Callback):
+    """The run's console lines, through :mod:`logging` (so Hydra also writes them to the run's
+    ``train.log``): one line per validation epoch with the monitored metric and the best so far,
+    a line when the checkpoint of the best epoch improves and one when early stopping fires.
+
+    ModelCheckpoint and EarlyStopping act at the end of the training epoch, after every other
+    callback, so an epoch's lines are written when the next epoch starts or training ends.
+
+    Args:
+        monitor: the validation metric checkpointing and early stopping watch (``val/map``).
+        mode: ``"max"`` or ``"min"``, as for those callbacks.
+    """
+
+    def __init__(self, monitor: str = "val/map", mode: str = "max") -> None:
+        if mode not in ("max", "min"):
+            raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
+        self.monitor, self.mode = monitor, mode
+        self.best: float | None = None
+        self.best_epoch: int | None = None
+        self.saved_score: float | None = None
+        self.pending: tuple[int, float] | None = None  # (epoch, value) validated, not yet shown
+
+    def state_dict(self) -> dict[str, Any]:  # a resumed run keeps its best so far
+        return {"best": self.best, "best_epoch": self.best_epoch}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.best, self.best_epoch = state_dict["best"], state_dict["best_epoch"]
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.saved_score = _best_score(trainer)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        metrics = trainer.callback_metrics
+        if not trainer.sanity_checking and self.monitor in metrics:
+            self.pending = (trainer.current_epoch, float(metrics[self.monitor]))
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._report(trainer)
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._report(trainer)
+
+    def _report(self, trainer: pl.Trainer) -> None:
+        if self.pending is None or not trainer.is_global_zero:
+            return
+        (epoch, value), self.pending = self.pending, None
+        if self.best is None or (value > self.best if self.mode == "max" else value < self.best):
+            self.best, self.best_epoch = value, epoch
+        metrics = trainer.callback_metrics
+        loss = f"train/loss {float(metrics['train/loss']):.4f}  " if "train/loss" in metrics else ""
+        log.info(
+            "epoch %d/%d  %s%s %.4f  best %.4f (epoch %d)",
+            epoch,
+            trainer.max_epochs - 1,
+            loss,
+            self.monitor,
+            value,
+            self.best,
+            self.best_epoch,
+        )
+        score = _best_score(trainer)
+        if score is not None and score != self.saved_score:
+            self.saved_score = score
+            log.info(
+                "  checkpoint: %s improved to %.4f, saved %s",
+                self.monitor,
+                score,
+                trainer.checkpoint_callback.best_model_path,
+            )
+        for stopper in trainer.early_stopping_callbacks:
+            if trainer.should_stop and stopper.stopped_epoch == epoch:
+                waited = stopper.wait_count >= stopper.patience
+                reason = (
+                    f"has not improved for {stopper.wait_count} validations "
+                    f"(patience {stopper.patience})"
+                    if waited
+                    else f"= {value:.4f}"
+                )
+                log.info(
+                    "  early stopping: %s %s; best %.4f at epoch %d",
+                    stopper.monitor,
+                    reason,
+                    self.best,
+                    self.best_epoch,
+                )
+
+
+def _best_score(trainer: pl.Trainer) -> float | None:
+    checkpoint = trainer.checkpoint_callback
+    score = checkpoint.best_model_score if checkpoint is not None else None
+    return None if score is None else float(score)

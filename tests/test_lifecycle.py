@@ -1,22 +1,33 @@
 """The run lifecycle: a run killed with SIGKILL and resumed from ``last.ckpt`` ends exactly like
 an uninterrupted one; the same seed gives the same metrics; checkpoints load with
-``weights_only=True``; ``task=test`` re-evaluates a checkpoint; bad tasks fail clearly."""
+``weights_only=True`` and carry the run's config and data fingerprint, from which ``task=test |
+predict | export`` rebuild the run (command-line overrides winning, mismatched data refused);
+bad tasks fail clearly."""
 
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
 
-from tests.conftest import ROOT
-from train import compose_run, train
+from datamodules.reader import write_letor
+from tests.conftest import MQ2008, ROOT, requires_mq2008
+from train import compose_run, restore_run, train
 
-TINY = ["data.n_train_queries=40", "data.n_val_queries=20", "data.n_test_queries=20",
-        "data.batch_size=8", "trainer.max_epochs=4", "logger=csv"]
+TINY = [
+    "data.n_train_queries=40",
+    "data.n_val_queries=20",
+    "data.n_test_queries=20",
+    "data.batch_size=8",
+    "trainer.max_epochs=4",
+    "logger=csv",
+]
 
 
 class KillAt(pl.Callback):
@@ -46,8 +57,14 @@ def uninterrupted(tmp_path_factory):
 def test_resume_after_sigkill_ends_like_the_uninterrupted_run(uninterrupted, tmp_path):
     run_dir, expected = uninterrupted
     killed = tmp_path / "killed"
-    command = [sys.executable, "train.py", *TINY, f"hydra.run.dir={killed}",
-               "+callbacks.kill._target_=tests.test_lifecycle.KillAt", "+callbacks.kill.epoch=2"]
+    command = [
+        sys.executable,
+        "train.py",
+        *TINY,
+        f"hydra.run.dir={killed}",
+        "+callbacks.kill._target_=tests.test_lifecycle.KillAt",
+        "+callbacks.kill.epoch=2",
+    ]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
     last = killed / "checkpoints" / "last.ckpt"
@@ -72,18 +89,112 @@ def test_ckpt_path_last_without_a_checkpoint_starts_fresh(uninterrupted, tmp_pat
     assert run([*TINY, "ckpt_path=last"], tmp_path) == uninterrupted[1]
 
 
-def test_checkpoints_load_with_weights_only(uninterrupted):
+def test_checkpoints_load_with_weights_only_and_carry_the_run(uninterrupted):
     run_dir, _ = uninterrupted
     for name in ("best.ckpt", "last.ckpt"):
         checkpoint = torch.load(run_dir / "checkpoints" / name, weights_only=True)
         assert {"state_dict", "optimizer_states", "callbacks", "loops"} <= set(checkpoint)
+        record = checkpoint["differank"]
+        assert record["config"]["data"]["n_train_queries"] == 40  # resolved, with overrides
+        assert record["config"]["model"]["optimizer"]["lr"] == 0.1
+        data = record["data"]
+        assert (data["n_features"], data["normalization"], len(data["feature_mean"])) == (
+            46,
+            "zscore",
+            46,
+        )
+        assert len(data["content_sha256"]) == 64 and "val/map" in record["validation"]
+    best = torch.load(run_dir / "checkpoints" / "best.ckpt", weights_only=True)["differank"]
+    states = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["callbacks"]
+    saver = next(v for k, v in states.items() if k.startswith("ModelCheckpoint"))
+    assert best["validation"]["val/map"] == pytest.approx(float(saver["best_model_score"]))
 
 
-def test_task_test_reevaluates_a_checkpoint_exactly(uninterrupted, tmp_path):
+def test_task_test_with_only_ckpt_path_reproduces_the_run(uninterrupted, tmp_path):
     run_dir, expected = uninterrupted
     best = run_dir / "checkpoints" / "best.ckpt"
-    assert run([*TINY, "task=test", f"ckpt_path={best}"], tmp_path) == expected
+    assert run(["task=test", f"ckpt_path={best}", "logger=csv"], tmp_path) == expected
+    assert (tmp_path / "predictions/test.txt").read_bytes() == (
+        run_dir / "predictions/test.txt"
+    ).read_bytes()
     assert not (tmp_path / "checkpoints").exists()  # nothing trained, nothing saved
+
+
+def test_task_predict_and_export_restore_the_run(uninterrupted, tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    run_dir, _ = uninterrupted
+    best = run_dir / "checkpoints" / "best.ckpt"
+    run_only = ["logger=csv", f"ckpt_path={best}"]
+    train(compose_run(["task=predict", *run_only], tmp_path / "p"), tmp_path / "p")
+    assert (tmp_path / "p/predictions/test.txt").read_bytes() == (
+        run_dir / "predictions/test.txt"
+    ).read_bytes()
+    train(compose_run(["task=export", *run_only], tmp_path / "e"), tmp_path / "e")
+    assert (tmp_path / "e/export/scorer.pt").is_file()
+    assert "No unused functions" not in caplog.text  # the ONNX passes' INFO noise is filtered
+
+
+def test_command_line_overrides_win_over_the_checkpoint(uninterrupted, tmp_path):
+    run_dir, expected = uninterrupted
+    best = run_dir / "checkpoints" / "best.ckpt"
+    # Same training split (same normalization), a larger test split: the override is used.
+    run(["task=test", f"ckpt_path={best}", "logger=csv", "data.n_test_queries=30"], tmp_path)
+    rows = len((tmp_path / "predictions/test.txt").read_text().splitlines())
+    assert rows > len((run_dir / "predictions/test.txt").read_text().splitlines())
+
+
+def test_restore_applies_keys_and_deletions_and_tolerates_old_checkpoints(uninterrupted, caplog):
+    best = torch.load(uninterrupted[0] / "checkpoints" / "best.ckpt", weights_only=True)
+    cfg = compose_run(["task=test", "ckpt_path=x", "data.fold=1", "~data.num_workers"], ROOT)
+    restored = restore_run(cfg, best, "x")
+    assert restored.data.n_train_queries == 40 and "num_workers" not in restored.data
+    assert restored.model.optimizer.lr == 0.1 and restored.data.fold == 1
+    assert restore_run(cfg, {"state_dict": {}}, "old.ckpt") is cfg
+    assert "old.ckpt carries no run config" in caplog.text
+
+
+def test_data_normalized_otherwise_is_refused_unless_allowed(uninterrupted, tmp_path):
+    best = uninterrupted[0] / "checkpoints" / "best.ckpt"
+    overrides = ["task=test", f"ckpt_path={best}", "logger=csv", "data.normalization=none"]
+    with pytest.raises(
+        ValueError,
+        match="normalized as zscore .*sha256 .*normalized as none.*allow_data_mismatch=true",
+    ):
+        run(overrides, tmp_path)
+    assert 0 <= run([*overrides, "allow_data_mismatch=true"], tmp_path)["map"] <= 1
+
+
+def test_data_with_another_feature_count_is_refused(uninterrupted, tmp_path):
+    best = uninterrupted[0] / "checkpoints" / "best.ckpt"
+    rng = np.random.default_rng(0)
+    for name in ("train", "vali", "test"):
+        write_letor(
+            tmp_path / "five" / "Fold1" / f"{name}.txt",
+            rng.normal(size=(6, 5)),
+            [0, 1, 2, 0, 1, 0],
+            [1, 1, 1, 2, 2, 2],
+        )
+    overrides = [
+        "task=test",
+        f"ckpt_path={best}",
+        "data=letor",
+        f"data.root={tmp_path / 'five'}",
+        "allow_data_mismatch=true",
+    ]
+    with pytest.raises(ValueError, match="reads 46 features, the data has 5"):
+        run(overrides, tmp_path / "run")
+
+
+@requires_mq2008
+def test_mq2008_fold1_test_from_the_checkpoint_alone_reproduces_the_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("LETOR_DIR", str(MQ2008.parent))
+    fit = ["data=mq2008", "data.fold=1", "loss=listnet", "trainer.max_epochs=2", "logger=csv"]
+    expected = run(fit, tmp_path / "fit")
+    best = tmp_path / "fit" / "checkpoints" / "best.ckpt"
+    monkeypatch.delenv("LETOR_DIR")  # the checkpoint knows where its data is
+    assert run(["task=test", f"ckpt_path={best}"], tmp_path / "test") == expected
+    record = torch.load(best, weights_only=True)["differank"]
+    assert record["config"]["data"]["root"] == str(MQ2008) and record["data"]["n_features"] == 46
 
 
 @pytest.mark.parametrize(

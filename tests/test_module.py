@@ -1,4 +1,5 @@
-"""RankingModule / FullBatchModule glue: compatibility checks, penalties, constraints, outputs."""
+"""RankingModule / FullBatchModule glue: compatibility checks, penalties, constraints, outputs,
+the run record in checkpoints, the progress bar's metrics and the console callback."""
 
 import pytest
 import torch
@@ -7,7 +8,13 @@ from torch import nn
 from losses.ranknet import RankNetLoss
 from rankers.base import Ranker
 from rankers.linear import LinearRanker
-from rankers.module import FullBatchModule, RankingModule, check_loss_fits_ranker
+from rankers.module import (
+    FullBatchModule,
+    ProgressBar,
+    RankingModule,
+    RunConsole,
+    check_loss_fits_ranker,
+)
 
 
 class BasisRanker(Ranker):
@@ -145,3 +152,36 @@ def test_full_batch_module_runs_one_solver_step_per_epoch(tmp_path):
     assert trainer.global_step == 3 and checkpoint.best_model_path  # best epoch checkpointed
     assert module.ranker.linear.weight.tolist() == [[3.0, 3.0, 3.0]]
     assert "val/map" in trainer.callback_metrics
+
+
+def test_progress_bar_shows_logged_metrics_without_the_logger_version(monkeypatch):
+    import pytorch_lightning as pl
+
+    monkeypatch.setattr(
+        pl.callbacks.RichProgressBar,
+        "get_metrics",
+        lambda self, trainer, module: {"v_num": 3, "val/map": 0.5},
+    )
+    assert ProgressBar().get_metrics(None, None) == {"val/map": 0.5}
+
+
+def test_run_console_keeps_its_best_across_a_resume_and_checks_its_mode():
+    console = RunConsole("val/map")
+    console.best, console.best_epoch = 0.5, 3
+    resumed = RunConsole("val/map")
+    resumed.load_state_dict(console.state_dict())
+    assert (resumed.best, resumed.best_epoch) == (0.5, 3)
+    with pytest.raises(ValueError, match="mode must be"):
+        RunConsole("val/map", mode="up")
+
+
+def test_checkpoints_get_the_run_record_and_the_saved_epochs_validation(tmp_path):
+    import pytorch_lightning as pl
+
+    module = RankingModule(LinearRanker, RankNetLoss(), adam, n_features=3)
+    module.run_record = {"config": {"seed": 0}}
+    module.trainer = pl.Trainer(logger=False, enable_progress_bar=False, default_root_dir=tmp_path)
+    module.trainer.callback_metrics.update({"val/map": torch.tensor(0.25), "train/loss": 1.0})
+    checkpoint = {}
+    module.on_save_checkpoint(checkpoint)
+    assert checkpoint == {"differank": {"config": {"seed": 0}, "validation": {"val/map": 0.25}}}

@@ -1,13 +1,21 @@
 """End to end: ``python train.py`` writes what DESIGN "Runs write" promises, and the prediction
-file scored by ``python -m rankers.evaluate`` reproduces ``test_metrics.json`` exactly."""
+file scored by ``python -m rankers.evaluate`` reproduces ``test_metrics.json`` exactly; the run
+shows one line per validation epoch, checkpoint and early-stopping lines and the tested epoch,
+also in ``train.log``, without known third-party noise; ``--help`` explains the CLI."""
 
 import json
+import logging
+import re
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from tests.conftest import ROOT, requires_mq2008
+from train import compose_run, console_logging, train
+
+TINY = ["data.n_train_queries=40", "data.n_val_queries=20", "data.n_test_queries=20"]
 
 
 @pytest.fixture(scope="module")
@@ -16,11 +24,11 @@ def default_run(tmp_path_factory):
     command = [sys.executable, "train.py", f"hydra.run.dir={run_dir}", "trainer.max_epochs=5"]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    return run_dir, result.stdout
+    return run_dir, result.stdout, result.stderr
 
 
 def test_run_writes_checkpoints_logs_predictions_and_metrics(default_run):
-    run_dir, stdout = default_run
+    run_dir, stdout, _ = default_run
     for name in [
         "checkpoints/best.ckpt",
         "checkpoints/last.ckpt",
@@ -43,7 +51,7 @@ def test_run_writes_checkpoints_logs_predictions_and_metrics(default_run):
 
 
 def test_prediction_file_is_aligned_and_full_precision(default_run):
-    run_dir, _ = default_run
+    run_dir, _, _ = default_run
     sources = (run_dir / "predictions" / "test.sources").read_text().splitlines()
     rows = sum(len(open(path).read().splitlines()) for path in sources)
     lines = (run_dir / "predictions" / "test.txt").read_text().splitlines()
@@ -52,7 +60,7 @@ def test_prediction_file_is_aligned_and_full_precision(default_run):
 
 
 def test_evaluate_cli_reproduces_test_metrics_exactly(default_run, tmp_path):
-    run_dir, _ = default_run
+    run_dir, _, _ = default_run
     sources = (run_dir / "predictions" / "test.sources").read_text().splitlines()
     cli_json = tmp_path / "cli.json"
     command = [
@@ -71,7 +79,7 @@ def test_evaluate_cli_reproduces_test_metrics_exactly(default_run, tmp_path):
 
 
 def test_logged_test_metrics_agree_with_the_prediction_file(default_run):
-    run_dir, _ = default_run
+    run_dir, _, _ = default_run
     written = json.loads((run_dir / "test_metrics.json").read_text())
     import csv
 
@@ -79,6 +87,86 @@ def test_logged_test_metrics_agree_with_the_prediction_file(default_run):
     logged = next(row for row in rows if row.get("test/map"))
     for key, value in written.items():
         assert float(logged[f"test/{key}"]) == pytest.approx(value, abs=1e-6)
+
+
+def test_console_shows_epochs_checkpoints_and_the_tested_epoch_also_in_train_log(default_run):
+    run_dir, stdout, stderr = default_run
+    log = (run_dir / "train.log").read_text()
+    for epoch in range(5):
+        assert re.search(rf"epoch {epoch}/4  train/loss [\d.]+  val/map 0\.\d{{4}}  best", log)
+    assert "epoch 4/4" in stdout and "checkpoint: val/map improved to" in log
+    best = torch.load(run_dir / "checkpoints/best.ckpt", weights_only=True)
+    value = best["differank"]["validation"]["val/map"]
+    assert f"test metrics of epoch {best['epoch']}, val/map {value:.4f}:" in log
+    for noise in ("LeafSpec", "litlogger", "srun"):  # filtered third-party warnings
+        assert noise not in stdout + stderr
+
+
+def test_quiet_keeps_warnings_on_the_terminal_and_every_line_in_train_log(tmp_path):
+    root, lightning = logging.getLogger(), logging.getLogger("pytorch_lightning")
+    saved = root.handlers[:], lightning.handlers[:], lightning.propagate
+    terminal, log_file = logging.StreamHandler(), logging.FileHandler(tmp_path / "train.log")
+    root.handlers[:] = [terminal, log_file]
+    try:
+        console_logging(quiet=True)
+        assert lightning.propagate and not lightning.handlers  # its lines reach train.log
+    finally:
+        root.handlers[:], lightning.handlers[:], lightning.propagate = saved
+        log_file.close()
+    assert (terminal.level, log_file.level) == (logging.WARNING, logging.NOTSET)
+
+
+def test_early_stopping_and_conerank_epochs_are_announced(tmp_path, caplog, capsys):
+    caplog.set_level(logging.INFO, logger="rankers.module")
+    never_better = [
+        "callbacks.early_stopping.patience=1",
+        "+callbacks.early_stopping.min_delta=1",
+        "trainer.max_epochs=5",
+        "logger=csv",
+        "quiet=true",
+        *TINY,
+    ]
+    train(compose_run(never_better, tmp_path / "a"), tmp_path / "a")
+    assert "early stopping: val/map has not improved for 1 validations (patience 1); best" in (
+        caplog.text
+    )
+    assert "epoch 2/4" not in caplog.text  # stopped after epoch 1
+    assert "━" not in capsys.readouterr().out  # quiet: no progress bar
+    caplog.clear()
+    conerank = ["model=conerank", "loss=cone", "trainer.max_epochs=1", "logger=csv", *TINY]
+    train(compose_run(conerank, tmp_path / "b"), tmp_path / "b")
+    assert "epoch 0/0  train/loss" in caplog.text
+    assert "━" in capsys.readouterr().out  # the progress bar
+
+
+def test_help_explains_tasks_checkpoints_groups_and_outputs():
+    result = subprocess.run(
+        [sys.executable, "train.py", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0
+    for text in (
+        "task=",
+        "fit",
+        "test",
+        "predict",
+        "export",
+        "ckpt_path",
+        "+objective=",
+        "+sweep=",
+        "+hparams_search=",
+        "hydra.run.dir",
+        "test_metrics.json",
+        "checkpoints/{best,last}.ckpt",
+        "quiet=true",
+        "LETOR_DIR",
+        "python -m datamodules.download",
+        "allow_data_mismatch",
+    ):
+        assert text in result.stdout, text
 
 
 @requires_mq2008

@@ -1,0 +1,45 @@
+"""``benchmarks/reproduce.py`` chooses its rows: ``--overrides`` gives one row of its own, which
+``--peers`` adds to rather than replaces."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import peers, reproduce
+
+
+class Chosen(Exception):
+    """Raised in place of running the rows: the test only looks at which rows were chosen."""
+
+
+@pytest.fixture
+def chosen_rows(monkeypatch):
+    rows = []
+
+    def run_all(configs, *args, **kwargs):
+        rows.extend((c.name, c.overrides, c.peer) for c in configs)
+        raise Chosen
+
+    monkeypatch.setattr(reproduce, "run_all", run_all)
+    monkeypatch.setattr(peers, "available", lambda name: True)  # no LightGBM etc. needed
+    return rows
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (
+            ["--overrides", "loss=listnet", "--peers", "ranksvm"],
+            [
+                ("loss=listnet", ["loss=listnet"], None),
+                ("peer_ranksvm", ["loss=listnet"], "ranksvm"),
+            ],
+        ),
+        (["--overrides", "loss=listnet"], [("loss=listnet", ["loss=listnet"], None)]),
+        (["--peers", "ranksvm"], [("peer_ranksvm", [], "ranksvm")]),
+    ],
+)
+def test_overrides_row_is_kept_when_peers_are_added(chosen_rows, argv, expected):
+    with pytest.raises(Chosen):
+        reproduce.main([*argv, "--folds", "1"])
+    assert chosen_rows == expected
