@@ -2,6 +2,8 @@
 
     python benchmarks/throughput.py                       # CPU (and CUDA when available)
     python benchmarks/throughput.py --lengths 16 64 256 --out benchmarks/results/throughput.md
+    python benchmarks/throughput.py --compile --lengths 64 256 --no-epoch   # compiled vs eager
+    python benchmarks/throughput.py --device cuda                            # CUDA only
 
 For each loss that exists in ``losses/`` (missing ones are skipped with a message): one
 forward+backward of ``loss(ranker.loss_target(X), labels, mask, **ranker.loss_inputs())`` with
@@ -26,6 +28,11 @@ before the call.
 Beyond L = 1,024 only losses whose cost is bounded by sampling or by a sub-quadratic form run
 (dense pairwise forms are marked "needs max_list / pair sampling"). A loss stops growing L once
 one call takes more than ``--max-seconds`` or its peak is predicted to pass ``--max-gb``.
+
+``--compile`` times, instead of the L scan, each loss eager and compiled
+(``torch.compile(loss, fullgraph=True, dynamic=False, backend=--compile-backend)``, inductor
+by default) on the same batch in one run: the first compiled call (compilation, wall seconds)
+and the best of the timed calls of each. A loss that does not compile is listed with the error.
 
 The epoch table times one full training epoch (Adam, the experiment's ranker) on MQ2008 fold 1's
 training split (real loader, batch 32) when the data is there, else on the synthetic set.
@@ -69,16 +76,44 @@ VARIANTS = [
     Variant("ranknet", "losses.ranknet", "RankNetLoss", dense=True, complexity="O(L²)"),
     Variant("listnet", "losses.listnet", "ListNetLoss", complexity="O(L)"),
     Variant("domination", "losses.domination", "DominationLoss", complexity="O(L log L)"),
-    Variant("hinge (NDCG@10, dp)", "losses.hinge", "StructuredHingeLoss", {"k": 10},
-            complexity="O(L log L + DP)"),
-    Variant("convex (ndcg, 1000 samples)", "losses.convex", "ConvexLoss", {"seed": 0},
-            complexity="O(S·L)"),
-    Variant("convex (auc, pair space)", "losses.convex", "ConvexLoss",
-            {"delta": "auc", "space": "pairs"}, dense=True, complexity="O(L²)"),
-    Variant("cone (all pairs)", "losses.cone", "ConeLoss", ranker="conerank", dense=True,
-            complexity="O(L²·F·K)"),
-    Variant("cone (256 pairs/query)", "losses.cone", "ConeLoss", {"max_pairs_per_query": 256},
-            ranker="conerank", complexity="O(P·F·K)"),
+    Variant(
+        "hinge (NDCG@10, dp)",
+        "losses.hinge",
+        "StructuredHingeLoss",
+        {"k": 10},
+        complexity="O(L log L + DP)",
+    ),
+    Variant(
+        "convex (ndcg, 1000 samples)",
+        "losses.convex",
+        "ConvexLoss",
+        {"seed": 0},
+        complexity="O(S·L)",
+    ),
+    Variant(
+        "convex (auc, pair space)",
+        "losses.convex",
+        "ConvexLoss",
+        {"delta": "auc", "space": "pairs"},
+        dense=True,
+        complexity="O(L²)",
+    ),
+    Variant(
+        "cone (all pairs)",
+        "losses.cone",
+        "ConeLoss",
+        ranker="conerank",
+        dense=True,
+        complexity="O(L²·F·K)",
+    ),
+    Variant(
+        "cone (256 pairs/query)",
+        "losses.cone",
+        "ConeLoss",
+        {"max_pairs_per_query": 256},
+        ranker="conerank",
+        complexity="O(P·F·K)",
+    ),
 ]
 
 
@@ -180,23 +215,28 @@ def best_seconds(fn, device: torch.device, repeats: int) -> float:
 
 def step_fn(loss, ranker, features, labels, mask):
     """One forward+backward, as RankingModule.batch_loss does it."""
+
     def step():
         ranker.zero_grad(set_to_none=True)
         value = loss(ranker.loss_target(features), labels, mask, **ranker.loss_inputs())
         value.backward()
+
     return step
 
 
 def loop_fn(loss, ranker, features, labels, mask):
     """The naive form: the same loss, one query at a time in a Python loop."""
+
     def step():
         ranker.zero_grad(set_to_none=True)
         total = features.new_zeros(())
         for b in range(features.shape[0]):
             one = slice(b, b + 1)
-            total = total + loss(ranker.loss_target(features[one]), labels[one], mask[one],
-                                 **ranker.loss_inputs())
+            total = total + loss(
+                ranker.loss_target(features[one]), labels[one], mask[one], **ranker.loss_inputs()
+            )
         total.backward()
+
     return step
 
 
@@ -210,6 +250,7 @@ def dense_domination_fn(ranker, features, labels, mask):
     def step():
         ranker.zero_grad(set_to_none=True)
         dense(ranker(features), labels, mask).backward()
+
     return step
 
 
@@ -238,8 +279,7 @@ def time_lengths(variant, cls, lengths, device, args) -> list[dict]:
             seconds = best_seconds(step, device, repeats)
             row = {"loss": variant.name, "L": length, "seconds": seconds, "peak": peak}
             if length <= args.naive_max and first < args.max_seconds / 4:
-                row["loop"] = best_seconds(loop_fn(loss, ranker, features, labels, mask),
-                                           device, 1)
+                row["loop"] = best_seconds(loop_fn(loss, ranker, features, labels, mask), device, 1)
                 if variant.module == "losses.domination":
                     dense = dense_domination_fn(ranker, features, labels, mask)
                     if dense is not None:
@@ -257,9 +297,66 @@ def time_lengths(variant, cls, lengths, device, args) -> list[dict]:
     return rows
 
 
+def compile_rows(variants, lengths, device: torch.device, args) -> list[dict]:
+    """Eager vs ``torch.compile(fullgraph=True)`` forward+backward of each loss, same batch."""
+    rows = []
+    for variant, cls in variants:
+        for length in lengths:
+            torch.compiler.reset()
+            ranker = make_ranker(variant, args.features).to(device)
+            loss = cls(**variant.kwargs).to(device)
+            features, labels, mask = make_batch(args.batch, length, args.features, device)
+            eager = step_fn(loss, ranker, features, labels, mask)
+            program = torch.compile(
+                loss, fullgraph=True, dynamic=False, backend=args.compile_backend
+            )
+            compiled = step_fn(program, ranker, features, labels, mask)
+            row = {"loss": variant.name, "L": length}
+            try:
+                start = time.perf_counter()
+                compiled()
+                row["compile"] = time.perf_counter() - start
+            except Exception as error:  # any compiler error becomes a table entry
+                row["skipped"] = f"does not compile: {type(error).__name__}"
+                rows.append(row)
+                print(f"  {variant.name} L={length}: {row['skipped']}: {error}", flush=True)
+                break
+            eager()
+            row["eager"] = best_seconds(eager, device, args.repeats)
+            row["compiled"] = best_seconds(compiled, device, args.repeats)
+            rows.append(row)
+            print(
+                f"  {device.type} {variant.name:<28} L={length:>5} eager "
+                f"{row['eager'] * 1e3:9.2f} ms compiled {row['compiled'] * 1e3:9.2f} ms "
+                f"(compile {row['compile']:.1f} s)",
+                flush=True,
+            )
+    return rows
+
+
+def compile_table(rows: list[dict], label: str, backend: str) -> str:
+    lines = [
+        f"### Eager vs compiled forward+backward on {label} (torch.compile fullgraph, {backend})\n",
+        "| loss | L | eager ms | compiled ms | eager / compiled | first call s (compile) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        if "skipped" in row:
+            lines.append(f"| {row['loss']} | {row['L']} | — | — | — | {row['skipped']} |")
+            continue
+        lines.append(
+            f"| {row['loss']} | {row['L']} | {row['eager'] * 1e3:.2f} | "
+            f"{row['compiled'] * 1e3:.2f} | {row['eager'] / row['compiled']:.2f}× | "
+            f"{row['compile']:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def _row_line(row: dict, device) -> str:
-    return (f"  {device.type} {row['loss']:<28} L={row['L']:>5} {row['seconds'] * 1e3:10.2f} ms "
-            f"peak {row['peak'] / 2**20:8.1f} MiB")
+    return (
+        f"  {device.type} {row['loss']:<28} L={row['L']:>5} {row['seconds'] * 1e3:10.2f} ms "
+        f"peak {row['peak'] / 2**20:8.1f} MiB"
+    )
 
 
 def throughput_table(rows: list[dict], device: str) -> str:
@@ -276,8 +373,10 @@ def throughput_table(rows: list[dict], device: str) -> str:
         loop = f"{row['loop'] * 1e3:.1f}" if "loop" in row else "—"
         ratio = f"{row['loop'] / row['seconds']:.1f}×" if "loop" in row else "—"
         dense = f"{row['dense'] / row['seconds']:.1f}×" if "dense" in row else "—"
-        lines.append(f"| {row['loss']} | {row['L']} | {row['seconds'] * 1e3:.2f} | {peak} | "
-                     f"{loop} | {ratio} | {dense} |")
+        lines.append(
+            f"| {row['loss']} | {row['L']} | {row['seconds'] * 1e3:.2f} | {peak} | "
+            f"{loop} | {ratio} | {dense} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -302,8 +401,9 @@ def epoch_rows(variants, device: torch.device, tiny: bool) -> list[dict]:
             queries = 0
             start = clock(device)
             for batch in datamodule.train_dataloader():
-                features, labels, mask = (batch[k].to(device) for k in ("features", "labels",
-                                                                         "mask"))
+                features, labels, mask = (
+                    batch[k].to(device) for k in ("features", "labels", "mask")
+                )
                 optimizer.zero_grad(set_to_none=True)
                 value = loss(ranker.loss_target(features), labels, mask, **ranker.loss_inputs())
                 value.backward()
@@ -311,8 +411,9 @@ def epoch_rows(variants, device: torch.device, tiny: bool) -> list[dict]:
                 ranker.constrain()
                 queries += int(mask.shape[0])
             seconds = min(seconds, clock(device) - start)
-        rows.append({"loss": variant.name, "queries": queries, "seconds": seconds,
-                     "source": source})
+        rows.append(
+            {"loss": variant.name, "queries": queries, "seconds": seconds, "source": source}
+        )
         print(f"  epoch {variant.name:<28} {queries / seconds:9.1f} queries/s", flush=True)
     return rows
 
@@ -320,12 +421,18 @@ def epoch_rows(variants, device: torch.device, tiny: bool) -> list[dict]:
 def epoch_table(rows: list[dict], device: str) -> str:
     if not rows:
         return ""
-    lines = [f"One training epoch on {rows[0]['source']} ({device}, batch 32, Adam, loader "
-             "included, best of 2):", "",
-             "| loss | queries | epoch s | queries / s |", "|---|---:|---:|---:|"]
+    lines = [
+        f"One training epoch on {rows[0]['source']} ({device}, batch 32, Adam, loader "
+        "included, best of 2):",
+        "",
+        "| loss | queries | epoch s | queries / s |",
+        "|---|---:|---:|---:|",
+    ]
     for row in rows:
-        lines.append(f"| {row['loss']} | {row['queries']} | {row['seconds']:.2f} | "
-                     f"{row['queries'] / row['seconds']:.1f} |")
+        lines.append(
+            f"| {row['loss']} | {row['queries']} | {row['seconds']:.2f} | "
+            f"{row['queries'] / row['seconds']:.1f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -336,8 +443,9 @@ def plot(rows_by_device: dict[str, list[dict]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, len(rows_by_device), figsize=(7 * len(rows_by_device), 5),
-                                squeeze=False)
+    figure, axes = plt.subplots(
+        1, len(rows_by_device), figsize=(7 * len(rows_by_device), 5), squeeze=False
+    )
     for axis, (device, rows) in zip(axes[0], rows_by_device.items(), strict=True):
         names = list(dict.fromkeys(r["loss"] for r in rows))
         for name in names:
@@ -350,8 +458,14 @@ def plot(rows_by_device: dict[str, list[dict]], path: Path) -> None:
             high = max(r["L"] for r in timed)
             base = min(r["seconds"] for r in timed)
             for power, style in ((1, ":"), (2, "--")):
-                axis.plot([low, high], [base, base * (high / low) ** power], color="gray",
-                          linestyle=style, linewidth=0.8, label=f"∝ L{'²' if power == 2 else ''}")
+                axis.plot(
+                    [low, high],
+                    [base, base * (high / low) ** power],
+                    color="gray",
+                    linestyle=style,
+                    linewidth=0.8,
+                    label=f"∝ L{'²' if power == 2 else ''}",
+                )
         axis.set_xscale("log", base=2)
         axis.set_yscale("log")
         axis.set_xlabel("list length L (B = 64, F = 136)")
@@ -369,13 +483,31 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--lengths", nargs="*", type=int,
-                        default=[16, 32, 64, 128, 256, 512, 1024, 2048, 4096])
+    parser.add_argument(
+        "--lengths", nargs="*", type=int, default=[16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+    )
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--features", type=int, default=136)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--losses", nargs="*", help="substrings of loss names to keep")
-    parser.add_argument("--devices", nargs="*", default=None, help="default: cpu (+cuda)")
+    parser.add_argument(
+        "--device",
+        "--devices",
+        dest="devices",
+        nargs="*",
+        default=None,
+        help="cpu and/or cuda (default: cpu, plus cuda when available)",
+    )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="eager vs torch.compile(fullgraph=True) instead of the L scan",
+    )
+    parser.add_argument(
+        "--compile-backend",
+        default="inductor",
+        help="torch.compile backend for --compile (inductor, aot_eager, ...)",
+    )
     parser.add_argument("--naive-max", type=int, default=1024, help="longest L for the loop")
     parser.add_argument("--max-seconds", type=float, default=20.0)
     parser.add_argument("--max-gb", type=float, default=4.0)
@@ -396,12 +528,20 @@ def main(argv: list[str] | None = None) -> None:
         threads = torch.get_num_threads() if device.type == "cpu" else None
         label = f"{name}, {threads} thread(s)" if threads else torch.cuda.get_device_name(device)
         print(f"# {label}", flush=True)
-        rows = []
-        for variant, cls in variants:
-            rows += time_lengths(variant, cls, args.lengths, device, args)
-        rows_by_device[name] = rows
-        parts.append(f"### Loss cost vs L on {label} (B = {args.batch}, F = {args.features})\n")
-        parts.append(throughput_table(rows, name))
+        if args.compile:
+            rows = compile_rows(variants, args.lengths, device, args)
+            parts.append(
+                compile_table(
+                    rows, f"{label}, B = {args.batch}, F = {args.features}", args.compile_backend
+                )
+            )
+        else:
+            rows = []
+            for variant, cls in variants:
+                rows += time_lengths(variant, cls, args.lengths, device, args)
+            rows_by_device[name] = rows
+            parts.append(f"### Loss cost vs L on {label} (B = {args.batch}, F = {args.features})\n")
+            parts.append(throughput_table(rows, name))
         if not args.no_epoch:
             parts.append(epoch_table(epoch_rows(variants, device, args.tiny), name))
     text = "\n".join(parts)
@@ -410,7 +550,7 @@ def main(argv: list[str] | None = None) -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)
     target = args.plot or (args.out.with_suffix(".png") if args.out else None)
-    if target:
+    if target and rows_by_device:
         plot(rows_by_device, target)
         print(f"plot: {target}")
 

@@ -2,7 +2,10 @@
 
 Every loss takes ``(scores [B, L], labels [B, L], mask [B, L] bool)`` — ConeRank takes
 ``(features [B, L, F], labels, mask, basis [F, K])`` — then keyword-only hyperparameters and
-``reduction="none" | "mean" | "sum"``.
+``reduction="none" | "mean" | "sum"``. Every loss follows one input rule (``losses.inputs``):
+empty batches and lists give a connected zero, integer labels are accepted, a query with a
+non-finite label is dropped, a non-finite score makes its query's loss NaN, half inputs are
+computed in float32, and compiled or on an accelerator no tensor value is read on the host.
 """
 
 from losses.cone import ConeLoss, cone_fold_in, cone_loss

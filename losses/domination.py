@@ -20,7 +20,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from losses.inputs import check_list_inputs
+from losses.inputs import (
+    check_list_inputs,
+    finite_scores,
+    list_inputs,
+    may_read_values,
+    nan_for_nonfinite_scores,
+)
 from losses.pairs import preference_mask
 from losses.reduction import check_reduction, reduce_queries
 
@@ -139,6 +145,10 @@ def domination_loss(
             Sec. 8.1.2, SPEC A10); the per-query result then has shape [1].
         reduction: ``"none"`` | ``"mean"`` | ``"sum"`` over queries with a preference pair.
 
+    Inputs follow the rule of ``losses.inputs`` (empty shapes, integer labels, non-finite
+    values, half precision computed in float32). Compiled or on an accelerator the level axis
+    is L wide, so the default variant has static shapes and never reads values on the host.
+
     Shape:
         scores, labels, mask: [B, L]; margins: [B, L] or [B, L, L]; layer_margins: [M, M].
         Output: scalar, or [B] for ``reduction="none"`` ([1] with ``pool=True``).
@@ -162,26 +172,29 @@ def domination_loss(
     pairwise = margins is not None and margins.dim() == 3
     if pairwise and layer_margins is not None:
         raise ValueError("layer_margins cannot be combined with [B, L, L] pairwise margins")
+    if pairwise and pool:
+        raise ValueError("pool=True needs separable margins; [B, L, L] margins are per query")
+    if scores.shape[1] == 0:  # no documents: margins have nothing to shift
+        margins, pairwise = None, False
+    scores, labels, mask = list_inputs(scores, labels, mask)
+    if margins is not None:
+        margins = margins.to(scores.dtype)
     if layer_margins is not None:
         layer_margins = torch.as_tensor(layer_margins, dtype=scores.dtype, device=scores.device)
         if layer_margins.dim() != 2 or layer_margins.shape[0] != layer_margins.shape[1]:
             raise ValueError(f"layer_margins must be [M, M], got {tuple(layer_margins.shape)}")
 
-    if not labels.is_floating_point():  # integer grades: levels need a float sentinel
-        labels = labels.to(scores.dtype)
     real_labels = torch.where(mask, labels, 0.0)
-    g = scores
+    g = finite_scores(scores, mask)
     if margin_scale != 0.0 or margin_offset != 0.0:
-        g = g - label_margins(real_labels, margin_scale, margin_offset).to(scores.dtype)
+        g = g - label_margins(real_labels, margin_scale, margin_offset)
     if margins is not None and not pairwise:
         g = g - margins
     if flat:
         real_labels = (real_labels > 0).to(scores.dtype)
     if pool:
-        keep = mask.reshape(1, -1)
-        g, real_labels, mask = g.reshape(1, -1), real_labels.reshape(1, -1), keep
-        if pairwise:
-            raise ValueError("pool=True needs separable margins; [B, L, L] margins are per query")
+        g, real_labels = g.reshape(1, -1), real_labels.reshape(1, -1)
+        scores, mask = scores.reshape(1, -1), mask.reshape(1, -1)
 
     if pairwise:
         # C_i = logsumexp_{j ∈ D(i)} (g_j + Δ(i, j)), a masked reduction over [B, L, L].
@@ -201,10 +214,11 @@ def domination_loss(
     else:
         levels = _dense_levels(real_labels, mask)
         # The level axis needs only as many slots as a row has levels. Reading that count is
-        # free on CPU; on an accelerator it would be a sync, so there the axis stays L wide.
-        on_cpu = levels.device.type == "cpu" and levels.numel() > 0
-        width = int(levels.max()) + 1 if on_cpu else levels.shape[-1]
-        level_lse, _ = _level_logsumexp(g, levels, mask, max(width, 1))
+        # free on the CPU eager path; compiled or on an accelerator it would be a sync, so
+        # there the axis is L wide (a row has at most L levels): static shapes, no host read.
+        read = may_read_values(levels) and levels.numel() > 0
+        width = int(levels.max()) + 1 if read else levels.shape[-1]
+        level_lse, _ = _level_logsumexp(g, levels, mask, width)
         # Exclusive log-cumsum-exp over levels: C[a] = inclusive[a − 1]. Levels are dense, so
         # every level below a real document's level is present and the dummies are never read.
         inclusive = _logcumsumexp(level_lse)
@@ -213,9 +227,10 @@ def domination_loss(
 
     gap = torch.where(has_lower, below - g, 0.0)
     per_doc = torch.where(has_lower, F.softplus(gap), 0.0)
-    per_query = per_doc.sum(dim=-1)
     # A query is valid iff one of its real documents dominates another (SPEC §1).
-    return reduce_queries(per_query, has_lower.any(dim=-1), reduction)
+    valid = has_lower.any(dim=-1)
+    per_query = nan_for_nonfinite_scores(per_doc.sum(dim=-1), scores, mask, valid)
+    return reduce_queries(per_query, valid, reduction)
 
 
 class DominationLoss(nn.Module):
@@ -265,7 +280,14 @@ class DominationLoss(nn.Module):
         margins: torch.Tensor | None = None,
     ) -> torch.Tensor:
         return domination_loss(
-            scores, labels, mask, margins=margins, layer_margins=self.layer_margins,
-            margin_scale=self.margin_scale, margin_offset=self.margin_offset, flat=self.flat,
-            pool=self.pool, reduction=self.reduction,
+            scores,
+            labels,
+            mask,
+            margins=margins,
+            layer_margins=self.layer_margins,
+            margin_scale=self.margin_scale,
+            margin_offset=self.margin_offset,
+            flat=self.flat,
+            pool=self.pool,
+            reduction=self.reduction,
         )

@@ -9,25 +9,30 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from losses.inputs import check_list_inputs
+from losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
 from losses.ndcg_assignment import (
     assignment_positions,
     gains_and_ideal_dcg,
     label_level_dp,
     position_discounts,
     position_weights,
+    query_levels,
     ystar_positions,
 )
 from losses.pairs import valid_queries
 from losses.reduction import check_reduction, reduce_queries
 
 YSTARS = ("compatible", "index")
+NUM_LEVELS = 5
+"""Default bound on a query's distinct label values (LETOR 4.0 has 3, MSLR-WEB30K 5)."""
 SOLVERS = ("dp", "assignment")
 
 
-def _check_options(k: int, ystar: str, solver: str) -> None:
+def _check_options(k: int, ystar: str, solver: str, num_levels: int) -> None:
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k (the NDCG truncation) must be an integer >= 1, got {k!r}")
+    if isinstance(num_levels, bool) or not isinstance(num_levels, int) or num_levels < 1:
+        raise ValueError(f"num_levels must be an integer >= 1, got {num_levels!r}")
     if ystar not in YSTARS:
         raise ValueError(f"ystar must be one of {YSTARS}, got {ystar!r}")
     if solver not in SOLVERS:
@@ -43,6 +48,7 @@ def hinge_inference(
     k: int = 10,
     ystar: str = "compatible",
     solver: str = "dp",
+    num_levels: int = NUM_LEVELS,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The non-differentiable half of the hinge: ŷ (eq. 12), y* and Δ(ŷ), without grad.
 
@@ -51,18 +57,20 @@ def hinge_inference(
     ``Σ_i x_i A(ŷ_i)`` with offset ``Δ(ŷ)``.
 
     Shape:
-        scores, labels, mask: [B, L] (padded scores must be finite) -> ``A(ŷ_i)`` [B, L],
-        ``A(y*_i)`` [B, L] (0 at padding), ``Δ(ŷ)`` [B] and ``valid`` [B] bool.
+        scores, labels, mask: [B, L] (scores finite at real documents) -> ``A(ŷ_i)`` [B, L],
+        ``A(y*_i)`` [B, L] (0 at padding), ``Δ(ŷ)`` [B] (NaN where a query has more than
+        ``num_levels`` distinct labels on the static path) and ``valid`` [B] bool.
     """
-    _check_options(k, ystar, solver)
+    _check_options(k, ystar, solver, num_levels)
     dtype = scores.dtype
     gains, ideal = gains_and_ideal_dcg(labels, mask, k, dtype)
     valid = valid_queries(labels, mask) & (ideal > 0)
+    levels = query_levels(labels, mask, num_levels if solver == "dp" else None)
     if solver == "dp":
-        worst = label_level_dp(scores, gains, ideal, labels, mask, k)
+        worst = label_level_dp(scores, gains, ideal, labels, mask, k, levels=levels[:2])
     else:
         worst = assignment_positions(scores, gains, ideal, mask, k)
-    best = ystar_positions(scores, labels, mask, ystar, k)
+    best = ystar_positions(scores, labels, mask, ystar, k, levels=levels[:2])
     zero = torch.zeros((), dtype=dtype, device=scores.device)
     weight_hat = torch.where(mask, position_weights(worst, k).to(dtype), zero)
     weight_star = torch.where(mask, position_weights(best, k).to(dtype), zero)
@@ -70,6 +78,7 @@ def hinge_inference(
     safe_ideal = torch.where(valid, ideal, torch.ones_like(ideal))
     # Δ ≥ 0 exactly; clamping removes the 1e-16 rounding of 1 − NDCG at ŷ = y*
     delta = (1.0 - (gains * discount).sum(dim=-1) / safe_ideal).clamp(min=0.0)
+    delta = torch.where(levels[2], torch.full_like(delta, float("nan")), delta)
     return weight_hat, weight_star, delta, valid
 
 
@@ -81,6 +90,7 @@ def structured_hinge_loss(
     k: int = 10,
     ystar: str = "compatible",
     solver: str = "dp",
+    num_levels: int = NUM_LEVELS,
     reduction: str = "mean",
 ) -> torch.Tensor:
     """Margin-rescaled structured hinge for ``Δ = 1 − NDCG@k`` (SPEC §4.2, report eq. 11).
@@ -94,6 +104,13 @@ def structured_hinge_loss(
     gradient, so ``ξ = Δ(ŷ) + Σ_i s_i (A(ŷ_i) − A(y*_i))`` and ``∂ξ/∂s_i = A(ŷ_i) − A(y*_i)``
     (§4.3). ``ξ_q ≥ 1 − NDCG@k(sort(s)) ≥ 0``. Queries with a single label value or no relevant
     document are invalid and give 0.
+
+    ``num_levels`` bounds the distinct label values of a query (the DP's M; 5 covers LETOR 4.0's
+    three grades and MSLR's five). On the CPU eager path the DP is sized by the labels actually
+    present and a query with more levels is a ValueError; compiled or on an accelerator it is
+    sized by ``num_levels`` (static shapes, no host read) and such a query's loss is NaN. Other
+    inputs follow the rule of ``losses.inputs`` (empty shapes, integer labels, non-finite
+    values, half precision computed in float32).
 
     Shape:
         scores, labels, mask: [B, L] (mask bool, True = real document) -> scalar, or [B] with
@@ -110,14 +127,15 @@ def structured_hinge_loss(
         >>> scores.grad
         tensor([[-2.,  1.,  1.,  0.]])
     """
-    check_list_inputs(scores, labels, mask)
-    _check_options(k, ystar, solver)
+    _check_options(k, ystar, solver, num_levels)
     check_reduction(reduction)
-    safe_scores = torch.where(mask, scores, torch.zeros_like(scores))
+    scores, labels, mask = list_inputs(scores, labels, mask)
+    safe_scores = finite_scores(scores, mask)
     weight_hat, weight_star, delta, valid = hinge_inference(
-        safe_scores.detach(), labels, mask, k=k, ystar=ystar, solver=solver
+        safe_scores.detach(), labels, mask, k=k, ystar=ystar, solver=solver, num_levels=num_levels
     )
     per_query = delta + (safe_scores * (weight_hat - weight_star)).sum(dim=-1)
+    per_query = nan_for_nonfinite_scores(per_query, scores, mask, valid)
     return reduce_queries(per_query, valid, reduction)
 
 
@@ -137,21 +155,32 @@ class StructuredHingeLoss(nn.Module):
         k: int = 10,
         ystar: str = "compatible",
         solver: str = "dp",
+        num_levels: int = NUM_LEVELS,
         reduction: str = "mean",
     ) -> None:
         super().__init__()
-        _check_options(k, ystar, solver)
+        _check_options(k, ystar, solver, num_levels)
         self.k = k
         self.ystar = ystar
         self.solver = solver
+        self.num_levels = num_levels
         self.reduction = check_reduction(reduction)
 
     def forward(
         self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
     ) -> torch.Tensor:
-        return structured_hinge_loss(scores, labels, mask, k=self.k, ystar=self.ystar,
-                                     solver=self.solver, reduction=self.reduction)
+        return structured_hinge_loss(
+            scores,
+            labels,
+            mask,
+            k=self.k,
+            ystar=self.ystar,
+            solver=self.solver,
+            reduction=self.reduction,
+        )
 
     def extra_repr(self) -> str:
-        return (f"k={self.k}, ystar={self.ystar!r}, solver={self.solver!r}, "
-                f"reduction={self.reduction!r}")
+        return (
+            f"k={self.k}, ystar={self.ystar!r}, solver={self.solver!r}, "
+            f"reduction={self.reduction!r}"
+        )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from losses.inputs import check_list_inputs
+from losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
 from losses.pairs import valid_queries
 from losses.reduction import check_reduction, reduce_queries
 
@@ -17,7 +17,8 @@ def listnet_loss(
 
     ``L_q = -Σ_i softmax(r)_i · log softmax(s)_i`` over the query's real documents (Cao et al.
     2007, eq. 4 with φ = exp). Queries whose labels are all equal carry no preference and get 0,
-    like every other loss here (SPEC §1 "Validity").
+    like every other loss here (SPEC §1 "Validity"). Inputs follow the rule of
+    ``losses.inputs`` (empty shapes, integer labels, non-finite values, half precision).
 
     Shape:
         scores, labels, mask: [B, L] -> [B] for ``reduction="none"``, else a scalar.
@@ -29,14 +30,17 @@ def listnet_loss(
         >>> listnet_loss(scores, labels, mask)
         tensor(0.6931)
     """
-    check_list_inputs(scores, labels, mask)
     check_reduction(reduction)
+    scores, labels, mask = list_inputs(scores, labels, mask)
     very_negative = torch.finfo(scores.dtype).min
-    log_p_scores = torch.where(mask, scores, torch.full_like(scores, very_negative)).log_softmax(-1)
-    real_labels = torch.where(mask, labels.to(scores.dtype), torch.full_like(scores, very_negative))
+    safe = finite_scores(scores, mask)
+    log_p_scores = torch.where(mask, safe, torch.full_like(scores, very_negative)).log_softmax(-1)
+    real_labels = torch.where(mask, labels, torch.full_like(scores, very_negative))
     p_labels = real_labels.softmax(-1)
     terms = torch.where(mask, p_labels * log_p_scores, torch.zeros_like(scores))
-    return reduce_queries(-terms.sum(-1), valid_queries(labels, mask), reduction)
+    valid = valid_queries(labels, mask)
+    per_query = nan_for_nonfinite_scores(-terms.sum(-1), scores, mask, valid)
+    return reduce_queries(per_query, valid, reduction)
 
 
 class ListNetLoss(nn.Module):

@@ -28,6 +28,8 @@ from functools import lru_cache
 
 import torch
 
+from losses.inputs import may_read_values
+
 MAX_DP_STATES = 10_000
 """Largest DP table accepted (C(k'+M, M) states); M = 6 levels at k = 10 is 8008."""
 
@@ -59,23 +61,28 @@ def gains_and_ideal_dcg(
     return gains, ideal
 
 
-def label_levels(labels: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Level of each document (0 = the query's highest label value) and the batch's level count.
+def label_levels(
+    labels: torch.Tensor, mask: torch.Tensor, num_levels: int | None = None
+) -> tuple[torch.Tensor, int]:
+    """Level of each document (0 = the query's highest label value) and the level count M.
 
-    Distinct values are peeled off one ``amax`` at a time (M passes over [B, L], no sort); the
-    loop stops when no query has a value left, which reads one bool per level.
+    Distinct values are peeled off one ``amax`` at a time (M passes over [B, L], no sort). With
+    ``num_levels=None`` the loop stops when no query has a value left, which reads one bool per
+    level on the host; with ``num_levels`` it runs exactly that many passes (static, no read),
+    and documents below a query's ``num_levels``-th distinct value get level M, like padding.
 
     Shape:
         labels, mask: [B, L] -> level [B, L] int64 (M at padded slots), M (an int >= 1).
     """
     dtype = labels.dtype if labels.is_floating_point() else torch.float64
-    key = torch.where(mask, labels.to(dtype), torch.tensor(-math.inf, dtype=dtype,
-                                                           device=labels.device))
+    key = torch.where(
+        mask, labels.to(dtype), torch.full((), -math.inf, dtype=dtype, device=labels.device)
+    )
     values = []  # [B] per level: the query's m-th largest distinct label, −inf when exhausted
     remaining = key
-    while True:
+    while num_levels is None or len(values) < num_levels:
         top = remaining.amax(dim=-1)
-        if values and not bool((top > -math.inf).any()):
+        if num_levels is None and values and not bool((top > -math.inf).any()):
             break
         values.append(top)
         remaining = torch.where(remaining < top.unsqueeze(-1), remaining, -math.inf)
@@ -83,6 +90,32 @@ def label_levels(labels: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor
     table = torch.stack(values, dim=-1)  # [B, M]
     level = (table.unsqueeze(1) > key.unsqueeze(-1)).sum(dim=-1)
     return torch.where(mask, level, torch.full_like(level, levels)), levels
+
+
+def query_levels(
+    labels: torch.Tensor, mask: torch.Tensor, num_levels: int | None
+) -> tuple[torch.Tensor, int, torch.Tensor]:
+    """:func:`label_levels` under the host-read rule of ``losses.inputs``, plus overflow.
+
+    On the CPU eager path the count M is read from the labels (small tables, fast) and a query
+    with more than ``num_levels`` distinct labels is a ValueError; compiled or on an accelerator
+    M = ``num_levels`` (static shapes, no sync) and such queries are flagged in ``overflow``
+    instead. ``num_levels=None`` means no bound: M is always read.
+
+    Shape:
+        labels, mask: [B, L] -> level [B, L] int64, M, overflow [B] bool.
+    """
+    if num_levels is None or may_read_values(labels):
+        level, levels = label_levels(labels, mask)
+        if num_levels is not None and levels > num_levels:
+            raise ValueError(
+                f"a query has {levels} distinct label values, more than num_levels={num_levels} "
+                "of the label-level DP: raise num_levels (the DP has C(k'+M, M) states) or use "
+                "solver='assignment' (exact per-query assignment on CPU)"
+            )
+        return level, levels, torch.zeros_like(mask[:, 0])
+    level, levels = label_levels(labels, mask, num_levels)
+    return level, levels, (mask & (level >= levels)).any(dim=-1)
 
 
 def level_tops(
@@ -103,13 +136,19 @@ def level_tops(
 
 
 def ystar_positions(
-    scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, ystar: str, k: int
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    ystar: str,
+    k: int,
+    levels: tuple[torch.Tensor, int] | None = None,
 ) -> torch.Tensor:
     """1-based positions of the correct ranking y* within its top k [B, L] (k + 1 elsewhere).
 
     ``"compatible"``: sort by (label desc, score desc), the Δ = 0 ranking closest to the scores
     (SPEC §4.2); ``"index"``: label desc with ties in index order (fixed, so ξ is convex; A12).
     Only positions ≤ k carry A(r) > 0, so each level's top k documents suffice (no full sort).
+    ``levels``: ``(level, M)`` from :func:`query_levels`, else read from the labels.
     """
     batch, length = scores.shape
     if ystar == "compatible":
@@ -119,7 +158,7 @@ def ystar_positions(
     else:
         raise ValueError(f"ystar must be 'compatible' or 'index', got {ystar!r}")
     top = min(k, length)
-    level, levels = label_levels(labels, mask)
+    level, levels = label_levels(labels, mask) if levels is None else levels
     if levels > 16:  # many distinct labels: one lexicographic sort beats M top-k's of [B, L]
         by_key = key.argsort(dim=-1, descending=True, stable=True)
         order = by_key.gather(1, level.gather(1, by_key).argsort(dim=-1, stable=True))
@@ -131,9 +170,12 @@ def ystar_positions(
     rank = starts.unsqueeze(-1) + torch.arange(1, top + 1, device=scores.device)  # [B, M, top]
     keep = in_level & (rank <= k)
     positions = torch.full((batch, length + 1), k + 1, dtype=torch.long, device=scores.device)
-    target = torch.where(keep, ids, torch.full_like(ids, length)).reshape(batch, -1)
-    positions.scatter_(1, target, torch.where(keep, rank, torch.full_like(rank, k + 1)).reshape(
-        batch, -1))
+    target = torch.where(keep, ids, torch.full_like(ids, length)).reshape(batch, levels * top)
+    positions.scatter_(
+        1,
+        target,
+        torch.where(keep, rank, torch.full_like(rank, k + 1)).reshape(batch, top * levels),
+    )
     return positions[:, :length]
 
 
@@ -179,8 +221,12 @@ def _dp_tables_cpu(levels: int, positions: int) -> tuple[torch.Tensor, ...]:
 _DEVICE_TABLES: dict[tuple[int, int, str], tuple] = {}
 
 
+@torch.compiler.assume_constant_result
 def _dp_tables(levels: int, positions: int, device: torch.device) -> tuple:
-    """The cached tables on ``device``; layer bounds as a Python list (static, not data)."""
+    """The cached tables on ``device``; layer bounds as a Python list (static, not data).
+
+    Constants to ``torch.compile``: built once on the host, never traced.
+    """
     key = (levels, positions, str(device))
     if key not in _DEVICE_TABLES:
         *tables, layer_starts = _dp_tables_cpu(levels, positions)
@@ -196,12 +242,14 @@ def label_level_dp(
     labels: torch.Tensor,
     mask: torch.Tensor,
     k: int,
+    levels: tuple[torch.Tensor, int] | None = None,
 ) -> torch.Tensor:
     """Loss-augmented argmax by the label-level DP of SPEC §4.6(b), batched over queries.
 
     ``V_r(c) = max_m V_{r−1}(c − e_m) + A(r)·S_m[c_m] − D(r)·g_m / N`` where ``S_m`` holds level
     m's scores sorted descending. ``ideal`` must be > 0 where the result is used (the caller masks
-    invalid queries). The number of label levels M in the batch is read once to size the tables.
+    invalid queries). ``levels``: ``(level, M)`` from :func:`query_levels` (static M when
+    compiled or on an accelerator); without it M is read from the labels to size the tables.
 
     Shape:
         scores, gains, labels, mask: [B, L]; ideal: [B] -> positions [B, L] int64, 1..k' for the
@@ -210,7 +258,7 @@ def label_level_dp(
     batch, length = scores.shape
     device, dtype = scores.device, scores.dtype
     top = min(k, length)
-    level, levels = label_levels(labels, mask)
+    level, levels = label_levels(labels, mask) if levels is None else levels
     states = dp_state_count(levels, top)
     if states > MAX_DP_STATES:
         raise ValueError(
@@ -219,17 +267,21 @@ def label_level_dp(
             "use solver='assignment' (exact per-query assignment on CPU)"
         )
     counts, sums, pred, pick, bounds = _dp_tables(levels, top, device)
-    neg_inf = torch.tensor(-math.inf, dtype=dtype, device=device)
+    neg_inf = torch.full((), -math.inf, dtype=dtype, device=device)  # no host-to-device copy
 
     # Each level's best documents by score, descending: S [B, M, k'] (−inf past n_m) and ids.
     safe = torch.where(mask, scores, torch.zeros_like(scores))
     ids, in_level, sizes = level_tops(safe, level, levels, top)
-    best_scores = torch.where(in_level, safe.gather(1, ids.reshape(batch, -1)).reshape_as(ids),
-                              neg_inf)
-    flat_scores = torch.cat([best_scores.reshape(batch, -1), neg_inf.expand(batch, 1)], dim=1)
+    best_scores = torch.where(
+        in_level, safe.gather(1, ids.reshape(batch, levels * top)).reshape_as(ids), neg_inf
+    )
+    flat_scores = torch.cat(
+        [best_scores.reshape(batch, levels * top), neg_inf.expand(batch, 1)], dim=1
+    )
     first = ids[:, :, 0]
-    level_gain = torch.where(sizes > 0, gains.gather(1, first), torch.zeros((), dtype=dtype,
-                                                                           device=device))
+    level_gain = torch.where(
+        sizes > 0, gains.gather(1, first), torch.zeros((), dtype=dtype, device=device)
+    )
     safe_ideal = torch.where(ideal > 0, ideal, torch.ones_like(ideal))
     level_cost = level_gain / safe_ideal.unsqueeze(-1)  # g_m / N  [B, M]
 
@@ -238,12 +290,12 @@ def label_level_dp(
     total = counts.shape[0]
     depth = sums.to(dtype)
     weight = (k + 1 - depth).unsqueeze(-1)  # [S, 1]
-    discount = torch.where(sums > 0, 1.0 / torch.log2(1.0 + depth.clamp(min=1.0)),
-                           torch.zeros_like(depth)).unsqueeze(-1)
-    step_gain = (
-        weight * flat_scores.index_select(1, pick.reshape(-1)).reshape(batch, total, levels)
-        - discount * level_cost.unsqueeze(1)
-    )  # [B, S, M]; −inf where c_m = 0 or c_m > n_m
+    discount = torch.where(
+        sums > 0, 1.0 / torch.log2(1.0 + depth.clamp(min=1.0)), torch.zeros_like(depth)
+    ).unsqueeze(-1)
+    step_gain = weight * flat_scores.index_select(1, pick.reshape(-1)).reshape(
+        batch, total, levels
+    ) - discount * level_cost.unsqueeze(1)  # [B, S, M]; −inf where c_m = 0 or c_m > n_m
     value = torch.full((batch, total + 1), -math.inf, dtype=dtype, device=device)
     value[:, 0] = 0.0
     choice = torch.zeros(batch, total, dtype=torch.long, device=device)
@@ -258,14 +310,18 @@ def label_level_dp(
     filled = mask.sum(dim=-1).clamp(max=top)
     final = torch.where(sums.unsqueeze(0) == filled.unsqueeze(-1), value[:, :total], neg_inf)
     current = final.argmax(dim=-1, keepdim=True)  # [B, 1]
-    flat_ids = torch.cat([ids.reshape(batch, -1), torch.full_like(ids[:, :1, 0], length)], dim=1)
+    flat_ids = torch.cat(
+        [ids.reshape(batch, levels * top), torch.full_like(ids[:, :1, 0], length)], dim=1
+    )
     pred_flat, pick_flat = pred.reshape(-1), pick.reshape(-1)
     docs, places = [], []
     for _ in range(top):
         edge = current * levels + choice.gather(1, current.clamp(max=total - 1))
         docs.append(flat_ids.gather(1, pick_flat[edge]))  # the dummy id L once the walk is done
         places.append(sums[current])
-        current = torch.where(current > 0, pred_flat[edge], current)
+        # Finite scores never lead the walk to the dummy state; the clamp keeps even overflowed
+        # (inf − inf) values in range, so inference never raises on numbers.
+        current = torch.where(current > 0, pred_flat[edge], current).clamp(max=total - 1)
     positions = torch.full((batch, length + 1), k + 1, dtype=torch.long, device=device)
     positions.scatter_(1, torch.cat(docs, dim=1), torch.cat(places, dim=1))
     return positions[:, :length]

@@ -9,9 +9,16 @@ from __future__ import annotations
 
 import torch
 
+from losses.inputs import float_labels
+
 
 def _real_labels(labels: torch.Tensor, mask: torch.Tensor, fill: float) -> torch.Tensor:
-    """Labels with padded slots replaced by ``fill`` (so NaN padding never reaches a compare)."""
+    """Labels with padded slots replaced by ``fill`` (so NaN padding never reaches a compare).
+
+    Integer and bool labels are compared as floats of the default dtype.
+    """
+    if not labels.is_floating_point():
+        labels = float_labels(labels, torch.get_default_dtype())
     return torch.where(mask, labels, torch.full_like(labels, fill))
 
 

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from losses.inputs import check_list_inputs
+from losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
 from losses.pairs import preference_mask, valid_queries
 from losses.reduction import check_reduction, reduce_queries
 
@@ -17,7 +17,8 @@ def ranknet_loss(
     """Mean over a query's preference pairs of ``log(1 + exp(-(s_i - s_j)))``.
 
     Pairs are the ordered pairs of real documents with ``label_i > label_j`` (Burges et al. 2005,
-    eq. 1 with target probability 1). A query without pairs has loss 0.
+    eq. 1 with target probability 1). A query without pairs has loss 0. Inputs follow the rule
+    of ``losses.inputs`` (empty shapes, integer labels, non-finite values, half precision).
 
     Shape:
         scores, labels, mask: [B, L] -> [B] for ``reduction="none"``, else a scalar.
@@ -29,14 +30,16 @@ def ranknet_loss(
         >>> ranknet_loss(scores, labels, mask)
         tensor(0.3133)
     """
-    check_list_inputs(scores, labels, mask)
     check_reduction(reduction)
+    scores, labels, mask = list_inputs(scores, labels, mask)
     pairs = preference_mask(labels, mask)  # [B, L, L]
-    real_scores = torch.where(mask, scores, torch.zeros_like(scores))
+    real_scores = finite_scores(scores, mask)
     difference = real_scores.unsqueeze(-1) - real_scores.unsqueeze(-2)
     pair_loss = torch.where(pairs, F.softplus(-difference), torch.zeros_like(difference))
     per_query = pair_loss.sum(dim=(-1, -2)) / pairs.sum(dim=(-1, -2)).clamp(min=1)
-    return reduce_queries(per_query, valid_queries(labels, mask), reduction)
+    valid = valid_queries(labels, mask)
+    per_query = nan_for_nonfinite_scores(per_query, scores, mask, valid)
+    return reduce_queries(per_query, valid, reduction)
 
 
 class RankNetLoss(nn.Module):

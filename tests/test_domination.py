@@ -53,6 +53,12 @@ class TestDominationLoss:
     def test_matches_oracle_multilayer(self, seed):
         check_against_oracle(*random_batch(seed, levels=5))
 
+    @pytest.mark.parametrize("seed", range(2))
+    def test_static_path_matches_oracle(self, seed, monkeypatch):
+        """The path compiled or accelerator runs take: no host read, level axis L wide."""
+        monkeypatch.setattr("losses.domination.may_read_values", lambda tensor: False)
+        check_against_oracle(*random_batch(seed, levels=5))
+
     def test_real_valued_labels(self):
         scores, _, mask = random_batch(7)
         g = torch.Generator().manual_seed(1)
@@ -170,8 +176,9 @@ class TestDominationLoss:
         assert per_query.shape == (scores.shape[0],)
         valid = torch.tensor([True, False, True, True, False])  # query 1 single-label, 4 empty
         assert torch.all(per_query[~valid] == 0) and torch.all(per_query[valid] > 0)
-        torch.testing.assert_close(domination_loss(scores, labels, mask, reduction="sum"),
-                                   per_query.sum())
+        torch.testing.assert_close(
+            domination_loss(scores, labels, mask, reduction="sum"), per_query.sum()
+        )
         torch.testing.assert_close(domination_loss(scores, labels, mask), per_query.sum() / 3)
 
     def test_gradcheck(self):
