@@ -1,17 +1,23 @@
-"""Fold-in + cone loss forward/backward throughput: batched vs a per-query loop (SPEC §2.6).
+"""Cone loss forward+backward: the exact active-set fold-in against FISTA, and the default loss
+against the domination loss, in one run.
 
-Times one training step of ``cone_loss`` (pair extraction, eq. 5 normalisation, the FISTA
-fold-in of every pair to tol 1e-7, the residual loss and its backward to U and the features)
-on a batch of B queries with L documents each, F features and K basis vectors, two ways in the
-same run: the batched call on the whole batch, and a Python loop calling the same function on one
-query at a time. Labels follow MQ2008's proportions (0: 74 %, 1: 19 %, 2: 7 %), features are
-standard normal, U is ConeRank's initial basis (uniform in the ball of radius 2·sqrt(F)).
-Peak memory of one step: on CPU the growth of the process's peak resident set (VmHWM, reset
-through ``/proc/self/clear_refs`` just before the step) over its resident size then, in a fresh
-subprocess after a warm-up step (Linux only; allocator caching included); on CUDA
-``torch.cuda.max_memory_allocated``. The loop's memory is one query's step.
+For each list length L, on one batch of B queries (F features, K basis vectors, labels in
+MQ2008's proportions 0: 74 %, 1: 19 %, 2: 7 %, standard normal features, ConeRank's initial
+basis), one training step (loss and its backward to U and the features) of:
 
-    python benchmarks/cone_throughput.py [--device cuda] [--lengths 16 128 512] [--repeats 3]
+* ``fista``: every pair, ``solver="fista"`` (tol 1e-7, at most 500 iterations: the previous
+  default);
+* ``active set``: every pair, ``solver="active_set"`` (the default solver);
+* ``default``: :class:`losses.cone.ConeLoss` exactly as ``conf/loss/cone.yaml`` builds it;
+* ``domination``: the domination loss (``conf/loss/domination.yaml``) of a linear scorer's
+  scores on the same batch (the scorer's product and its backward included).
+
+Agreement: the largest relative difference per query between each all-pairs loss and a tight
+float64 reference (FISTA in float64 to tol 1e-12, at most 20,000 iterations: an independent
+algorithm). Peak memory: the growth of the peak resident set (VmHWM) during one step, in a fresh
+subprocess (Linux, CPU) or ``torch.cuda.max_memory_allocated``.
+
+    python benchmarks/cone_throughput.py [--device cuda] [--lengths 16 128] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -25,11 +31,20 @@ from functools import partial
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from losses.cone import ConeLoss, cone_loss
+from losses.domination import DominationLoss
+from rankers.conerank import ConeRank
 
-from losses.cone import cone_loss  # noqa: E402
-from rankers.conerank import ConeRank  # noqa: E402
+CONF = Path(__file__).resolve().parents[1] / "conf" / "loss"
+
+
+def config_loss(name: str):
+    """The loss module that ``conf/loss/<name>.yaml`` builds (its keys are the module's)."""
+    options = OmegaConf.to_container(OmegaConf.load(CONF / f"{name}.yaml"))
+    options.pop("_target_")
+    return {"cone": ConeLoss, "domination": DominationLoss}[name](**options)
 
 
 def make_batch(batch, length, n_features, n_basis, device, seed=0):
@@ -39,25 +54,29 @@ def make_batch(batch, length, n_features, n_basis, device, seed=0):
     features = torch.randn(batch, length, n_features, generator=g)
     mask = torch.ones(batch, length, dtype=torch.bool)
     basis = ConeRank(n_features, n_basis=n_basis, seed=seed).basis.detach()  # the training start
-    move = lambda t: t.to(device)  # noqa: E731
-    return move(features), move(labels), move(mask), move(basis)
+    return tuple(t.to(device) for t in (features, labels, mask, basis))
 
 
-def step_batched(features, labels, mask, basis):
+def cone_step(features, labels, mask, basis, loss):
     f = features.detach().requires_grad_(True)
     u = basis.detach().requires_grad_(True)
-    cone_loss(f, labels, mask, u).backward()
+    loss(f, labels, mask, u).backward()
 
 
-def step_per_query(features, labels, mask, basis, queries=None):
-    """The baseline: the same function on one query at a time, backward per query (gradients
-    accumulate, so memory is one query's). ``queries`` limits the loop (memory probe)."""
+def domination_step(features, labels, mask, basis, loss):
     f = features.detach().requires_grad_(True)
-    u = basis.detach().requires_grad_(True)
-    count = features.shape[0]
-    for b in range(count if queries is None else queries):
-        one = cone_loss(f[b : b + 1], labels[b : b + 1], mask[b : b + 1], u)
-        (one / count).backward()
+    weight = basis[:, 0].detach().clone().requires_grad_(True)  # any linear scorer
+    loss(f @ weight, labels, mask).backward()
+
+
+def steps():
+    """The compared steps by name (built on demand: the default reads its config file)."""
+    return {
+        "fista": partial(cone_step, loss=ConeLoss(solver="fista", max_iter=500, tol=1e-7)),
+        "active_set": partial(cone_step, loss=ConeLoss(solver="active_set")),
+        "default": partial(cone_step, loss=config_loss("cone")),
+        "domination": partial(domination_step, loss=config_loss("domination")),
+    }
 
 
 def sync(device):
@@ -77,6 +96,19 @@ def timed(fn, repeats, device):
     return statistics.median(times) * 1e3
 
 
+def agreement(features, labels, mask, basis):
+    """Largest relative per-query difference of the all-pairs losses from the float64 one."""
+    wide = [t.double() if t.is_floating_point() else t for t in (features, labels, mask, basis)]
+    reference = cone_loss(*wide, solver="fista", tol=1e-12, max_iter=20000, reduction="none")
+    valid = reference > 0  # queries with at least one pair
+    out = {}
+    for solver in ("fista", "active_set"):
+        value = cone_loss(features, labels, mask, basis, solver=solver, reduction="none")
+        difference = (value.double() - reference).abs() / reference.clamp(min=1e-300)
+        out[solver] = float(difference[valid].max()) if bool(valid.any()) else 0.0
+    return out
+
+
 def _status_bytes(key: str) -> int:
     with open("/proc/self/status") as status:
         for line in status:
@@ -86,13 +118,12 @@ def _status_bytes(key: str) -> int:
 
 
 def peak_bytes(step_name, args, length, device):
-    """Peak memory of one step: CUDA allocator stats, or on CPU the growth of the peak resident
-    set over the resident size before the step, in a fresh subprocess (see :func:`probe`)."""
+    """Peak memory of one step (see the module docstring)."""
     if device.type == "cuda":
         inputs = make_batch(args.batch, length, args.features, args.basis, device)
         torch.cuda.reset_peak_memory_stats(device)
         base = torch.cuda.memory_allocated(device)
-        STEPS[step_name](*inputs)
+        steps()[step_name](*inputs)
         return torch.cuda.max_memory_allocated(device) - base
     command = [sys.executable, __file__, "--probe", step_name, "--lengths", str(length),
                "--batch", str(args.batch), "--features", str(args.features),
@@ -104,56 +135,60 @@ def peak_bytes(step_name, args, length, device):
 def probe(step_name, args) -> None:
     """Subprocess side of :func:`peak_bytes`: print the peak-RSS growth of one step (bytes)."""
     inputs = make_batch(args.batch, args.lengths[0], args.features, args.basis, "cpu")
-    STEPS[step_name](*inputs, **({"queries": 1} if step_name == "loop" else {}))  # warm-up
+    step = steps()[step_name]
+    step(*inputs)  # warm-up
     with open("/proc/self/clear_refs", "w") as clear:
         clear.write("5")  # reset the peak resident set (VmHWM) to the current one
     before = _status_bytes("VmRSS")
-    STEPS[step_name](*inputs, **({"queries": 1} if step_name == "loop" else {}))
+    step(*inputs)
     print(_status_bytes("VmHWM") - before)
 
 
-STEPS = {"batched": step_batched, "loop": step_per_query}
-
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--lengths", type=int, nargs="+", default=[16, 128, 512])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[16, 128])
     parser.add_argument("--features", type=int, default=46)
     parser.add_argument("--basis", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--probe", choices=sorted(STEPS), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory probes")
+    parser.add_argument("--probe", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
     if args.probe:
         return probe(args.probe, args)
     device = torch.device(args.device)
-    memory_method = (
-        "torch.cuda.max_memory_allocated"
-        if device.type == "cuda"
-        else "growth of the peak RSS (VmHWM) during one step, in a fresh process"
-    )
+    default = OmegaConf.load(CONF / "cone.yaml")
     print(
         f"device={device}, torch threads={torch.get_num_threads()}, B={args.batch}, "
-        f"F={args.features}, K={args.basis}, FISTA tol 1e-7 (max 500 it.), median of "
-        f"{args.repeats}; peak memory: {memory_method}\n"
+        f"F={args.features}, K={args.basis}; forward+backward ms, median of {args.repeats}; "
+        f"default = conf/loss/cone.yaml (solver {default.solver}, max_pairs_per_query "
+        f"{default.max_pairs_per_query})\n"
     )
-    print("| B | L | pairs | batched fwd+bwd (ms) | per-query loop (ms) | loop / batched "
-          "| batched peak memory (MiB) | loop peak memory, one query (MiB) |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|")
+    print("| L | pairs | fista (ms) | active set (ms) | fista / active set | default (ms) "
+          "| domination (ms) | default / domination | rel. diff. fista, active set "
+          "| peak MiB fista, active set, default |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    compared = steps()
     for length in args.lengths:
-        features, labels, mask, basis = make_batch(
-            args.batch, length, args.features, args.basis, device
-        )
+        inputs = make_batch(args.batch, length, args.features, args.basis, device)
+        labels, mask = inputs[1], inputs[2]
         pairs = int(((labels.unsqueeze(-1) > labels.unsqueeze(-2)) & mask.unsqueeze(-1)).sum())
-        inputs = (features, labels, mask, basis)
-        batched = timed(partial(step_batched, *inputs), args.repeats, device)
-        loop = timed(partial(step_per_query, *inputs), max(1, args.repeats // 2), device)
-        mem_batched = peak_bytes("batched", args, length, device) / 2**20
-        mem_loop = peak_bytes("loop", args, length, device) / 2**20
+        ms = {name: timed(partial(step, *inputs), args.repeats, device)
+              for name, step in compared.items()}  # fmt: skip
+        close = agreement(*inputs)
+        if args.no_memory:
+            memory = "—"
+        else:
+            memory = ", ".join(
+                f"{peak_bytes(name, args, length, device) / 2**20:.0f}"
+                for name in ("fista", "active_set", "default")
+            )
         print(
-            f"| {args.batch} | {length} | {pairs} | {batched:.1f} | {loop:.1f} | "
-            f"{loop / batched:.1f}x | {mem_batched:.1f} | {mem_loop:.1f} |",
+            f"| {length} | {pairs} | {ms['fista']:.1f} | {ms['active_set']:.1f} | "
+            f"{ms['fista'] / ms['active_set']:.1f}x | {ms['default']:.1f} | "
+            f"{ms['domination']:.2f} | {ms['default'] / ms['domination']:.1f}x | "
+            f"{close['fista']:.1e}, {close['active_set']:.1e} | {memory} |",
             flush=True,
         )
 

@@ -1,14 +1,18 @@
 """ConeRank's cone loss: squared distance of normalised pair differences to a learned cone/hull.
 
-Tran & Pham, "ConeRank: Ranking as Learning Generalized Inequalities" (SPEC §2): every ordered
-pair (l, m) of a query with ``r_l > r_m`` gives ``z = x_l - x_m``, normalised by eq. 5 to
+Tran & Pham, "ConeRank: Ranking as Learning Generalized Inequalities": every ordered pair
+(l, m) of a query with ``r_l > r_m`` gives ``z = x_l - x_m``, normalised by eq. 5 to
 ``z̃ = ρ z / (α + ‖z‖)``; its fold-in ``d² = min_{w ∈ C} ‖z̃ - U w‖²`` is the distance to the
 polyhedral cone (eq. 1), to the convex hull of the basis (eq. 18, the default) or to the band
 of eqs. 8–9; the query loss is ``(1/n_q) Σ_j φ_j d²_j`` with ``φ = r_l - r_m`` (eq. 7).
 
-The fold-in runs without gradient; gradients reach the basis and the features through the
-residual ``z̃ - U w*`` with ``w*`` fixed, which is the gradient of the value function by Danskin's
-theorem (SPEC §2.4).
+The fold-in runs without gradient, by default with the exact active-set method of
+:mod:`losses.cone_active_set`; gradients reach the basis and the features through
+``d² = ‖z̃‖² − 2 bᵀw* + w*ᵀGw*`` (``b = Uᵀz̃``, ``G = UᵀU``) with ``w*`` fixed, which is the
+gradient of the value function by Danskin's theorem. Each pair is carried as its K numbers
+``b`` and its norm: memory O(P·K) for P pairs besides the [B, L, K] projections (plus a
+transient [P, F] difference when there are few pairs, see :func:`_squared_differences`).
+See docs/objectives/conerank.md for the mathematics and the choices made.
 """
 
 from __future__ import annotations
@@ -19,12 +23,22 @@ import warnings
 import torch
 from torch import nn
 
-from losses.pairs import pair_differences, preference_mask, sample_pairs
+from losses.cone_active_set import active_set_fold_in
+from losses.inputs import (
+    check_labels_and_mask,
+    compute_dtype,
+    finite_label_mask,
+    finite_scores,
+    float_labels,
+    nan_for_nonfinite_scores,
+    nonempty_lists,
+)
+from losses.pairs import preference_mask, sample_pairs
 from losses.reduction import check_reduction, reduce_queries
 
 CONSTRAINTS = ("simplex", "cone", "band")
 WEIGHTINGS = ("label_diff", "none")
-SOLVERS = ("fista", "sg", "eg")
+SOLVERS = ("active_set", "fista", "sg", "eg")
 
 _WARNED_WIDE_BASIS = False
 
@@ -126,6 +140,101 @@ def _rescale_mass(values: torch.Tensor, constraint: str, band: tuple[float, floa
     return torch.where(mass > 0, scaled, uniform)
 
 
+def _active_set_with_band(
+    gram: torch.Tensor,
+    linear: torch.Tensor,
+    constraint: str,
+    band: tuple[float, float],
+    tol: float,
+    max_iter: int,
+    support: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The exact active-set fold-in for each constraint (float64 K-space arithmetic)."""
+    if constraint == "simplex":
+        w, support, _ = active_set_fold_in(
+            gram, linear, total=1.0, tol=tol, max_iter=max_iter, support=support
+        )
+        return w, support
+    w, support, _ = active_set_fold_in(
+        gram, linear, total=None, tol=tol, max_iter=max_iter, support=support
+    )
+    if constraint == "cone":
+        return w, support
+    # band: where the orthant's minimiser has too much (too little) mass, the band's minimiser
+    # sits on the face Σw = λ_u (λ_l)
+    lower, upper = band
+    mass = w.sum(dim=-1)
+    for face_total, rows in ((upper, mass > upper), (lower, mass < lower)):
+        if face_total <= 0 or math.isinf(face_total) or not bool(rows.any()):
+            continue
+        w_face, s_face, _ = active_set_fold_in(
+            gram, linear[rows], total=face_total, tol=tol, max_iter=max_iter, support=support[rows]
+        )
+        w[rows], support[rows] = w_face, s_face
+    return w, support
+
+
+@torch.no_grad()
+def _fold_in_k_space(
+    gram: torch.Tensor,
+    linear: torch.Tensor,
+    *,
+    constraint: str,
+    band: tuple[float, float],
+    solver: str,
+    max_iter: int,
+    tol: float,
+    check_every: int,
+    support: torch.Tensor | None,
+    solve_dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fold-in from ``G = UᵀU`` [K, K] and ``b = z U`` [N, K] alone (float64 inputs).
+
+    The per-pair arithmetic runs in ``solve_dtype`` (the features' dtype, at least float32);
+    the active set's face inverses in float64. Returns w [N, K] in float64 and its support.
+    """
+    if solver != "active_set":
+        w = _iterative_fold_in(
+            gram.to(solve_dtype), linear.to(solve_dtype), constraint, band, solver,
+            max_iter, tol, check_every,
+        )  # fmt: skip
+        return w.to(gram.dtype), w > 0
+    if support is not None and tuple(support.shape) != tuple(linear.shape):
+        raise ValueError(
+            f"support must be [N, K] = {list(linear.shape)} to warm-start the fold-in, got "
+            f"shape {tuple(support.shape)}"
+        )
+    w, support = _active_set_with_band(
+        gram, linear.to(solve_dtype), constraint, band, tol, max_iter, support
+    )
+    return w.to(gram.dtype), support
+
+
+@torch.no_grad()
+def fold_in_with_support(
+    z: torch.Tensor,
+    basis: torch.Tensor,
+    *,
+    constraint: str = "simplex",
+    band: tuple[float, float] = (1.0, 1.0),
+    solver: str = "active_set",
+    max_iter: int = 500,
+    tol: float = 1e-7,
+    check_every: int = 10,
+    support: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`cone_fold_in` that also returns each row's support ``w > 0`` [N, K] bool, and
+    takes one as a warm start (``solver="active_set"`` only; other solvers ignore it)."""
+    _check_options(constraint, "none", solver, band, max_iter=max_iter, tol=tol)
+    basis64 = basis.detach().to(torch.float64)
+    w, support = _fold_in_k_space(
+        basis64.T @ basis64, z.detach().to(torch.float64) @ basis64, constraint=constraint,
+        band=band, solver=solver, max_iter=max_iter, tol=tol, check_every=check_every,
+        support=support, solve_dtype=torch.promote_types(z.dtype, torch.float32),
+    )  # fmt: skip
+    return w.to(z.dtype), support
+
+
 @torch.no_grad()
 def cone_fold_in(
     z: torch.Tensor,
@@ -133,7 +242,7 @@ def cone_fold_in(
     *,
     constraint: str = "simplex",
     band: tuple[float, float] = (1.0, 1.0),
-    solver: str = "fista",
+    solver: str = "active_set",
     max_iter: int = 500,
     tol: float = 1e-7,
     check_every: int = 10,
@@ -142,14 +251,17 @@ def cone_fold_in(
 
     All rows share ``G = UᵀU``: the objective is ``wᵀGw - 2 bᵀw`` with ``b = z U`` ([N, K]).
 
-    * ``solver="fista"`` (default): accelerated projected gradient, step ``1/(2 λ_max(G))``,
+    * ``solver="active_set"`` (default): exact, see :mod:`losses.cone_active_set`. Float64
+      arithmetic in K-space whatever z's dtype; ``tol`` is the KKT tolerance relative to the
+      row's scale, ``max_iter`` a safety cap (rows typically need ``|support| + 1`` iterations).
+      Memory O(N·K); it never forms an [N, F] tensor besides ``z`` itself.
+    * ``solver="fista"``: accelerated projected gradient, step ``1/(2 λ_max(G))``,
       start at the projection of ``1/K``, exact Euclidean projection onto C (sort-based for
       the simplex, clamp for the cone). A row stops when its ``max_k |Δw_k| < tol`` (checked
-      every ``check_every`` iterations, the solver's only host synchronisation; converged rows
-      leave the batch, so one slow pair does not keep all others iterating; ``tol=0`` runs
-      exactly ``max_iter`` iterations without any check) or after ``max_iter`` iterations.
-      From this cold start it agrees with an exact solver to about 1e-6 relative after 100
-      iterations and 1e-9 after 300 when ``UᵀU ≻ 0`` (SPEC §2.7b).
+      every ``check_every`` iterations, a host synchronisation; converged rows leave the batch;
+      ``tol=0`` runs exactly ``max_iter`` iterations) or after ``max_iter`` iterations. From its
+      cold start it agrees with the exact solver to about 1e-6 relative after 100 iterations
+      and 1e-9 after 300 when ``UᵀU ≻ 0``.
     * ``solver="sg"``: the paper's Algorithm 1 steps 1a–1c, a gradient step ``1/(2 λ_max(G))``,
       clamp at 0, then rescale the mass into C (normalise to Σw = 1 for the simplex). This is a
       heuristic, not a projection: its fixed point is near, not at, the minimiser.
@@ -166,17 +278,30 @@ def cone_fold_in(
         tensor([[1., 0.],
                 [0., 1.]], dtype=torch.float64)
     """
-    _check_options(constraint, "none", solver, band, max_iter=max_iter)
-    z = z.detach()
-    basis = basis.detach().to(z.dtype)
-    gram = basis.T @ basis  # [K, K], shared by all pairs
-    linear = z @ basis  # [N, K]
-    n_basis = basis.shape[1]
-    lipschitz = 2.0 * torch.linalg.eigvalsh(gram)[-1].clamp(min=torch.finfo(z.dtype).tiny)
+    w, _ = fold_in_with_support(
+        z, basis, constraint=constraint, band=band, solver=solver, max_iter=max_iter, tol=tol,
+        check_every=check_every,
+    )  # fmt: skip
+    return w
+
+
+def _iterative_fold_in(
+    gram: torch.Tensor,
+    linear: torch.Tensor,
+    constraint: str,
+    band: tuple[float, float],
+    solver: str,
+    max_iter: int,
+    tol: float,
+    check_every: int,
+) -> torch.Tensor:
+    """FISTA and the paper's SG/EG fold-in updates (see :func:`cone_fold_in`)."""
+    n_basis, tiny = gram.shape[0], torch.finfo(gram.dtype).tiny
+    lipschitz = 2.0 * torch.linalg.eigvalsh(gram)[-1].clamp(min=tiny)
     step = 1.0 / lipschitz
     w = _project(torch.full_like(linear, 1.0 / n_basis), constraint, band)
     momentum, t = w, 1.0
-    eta = 1.0 / (2.0 * gram.diagonal().max().clamp(min=torch.finfo(z.dtype).tiny))
+    eta = 1.0 / (2.0 * gram.diagonal().max().clamp(min=tiny))
     result, active = w.clone(), None  # active: rows still iterating (None = all)
     for iteration in range(1, max_iter + 1):
         if solver == "fista":
@@ -230,16 +355,17 @@ def cone_loss(
     constraint: str = "simplex",
     weighting: str = "label_diff",
     band: tuple[float, float] = (1.0, 1.0),
-    solver: str = "fista",
+    solver: str = "active_set",
     max_iter: int = 500,
     tol: float = 1e-7,
     max_pairs_per_query: int | None = None,
     generator: torch.Generator | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
-    """ConeRank's empirical risk (Tran & Pham, eqs. 3–7 and 18; SPEC §2).
+    """ConeRank's empirical risk (Tran & Pham, eqs. 3–7 and 18).
 
-    For each query, over its ordered pairs ``(l, m)`` with ``r_l > r_m`` (strict, SPEC A2):
+    For each query, over its ordered pairs ``(l, m)`` with ``r_l > r_m`` (strict: ties make no
+    pair):
     ``z̃ = ρ (x_l - x_m) / (α + ‖x_l - x_m‖)`` (eq. 5), ``d² = min_{w ∈ C} ‖z̃ - U w‖²`` and
     ``L_q = (1/n_q) Σ φ d²`` with ``φ = r_l - r_m`` (eq. 7; ``weighting="none"``: φ = 1);
     ``reduction`` then combines the valid queries (``"mean"`` is eq. 4).
@@ -249,10 +375,10 @@ def cone_loss(
     (eqs. 8–9, ``w >= 0, band[0] <= Σw <= band[1]``). ``solver``, ``max_iter``, ``tol``: see
     :func:`cone_fold_in`. ``rho`` defaults to ``sqrt(F)``.
 
-    Pairs: the differences are computed directly, ``z = x_l - x_m`` (no Gram expansion, which
-    loses fp32 precision for near-duplicate documents). By default every pair is used; they are
-    gathered into a flat list whose length depends on the labels (one host synchronisation on a
-    GPU), memory ``O(#pairs·F)``. ``max_pairs_per_query=P`` instead draws P pairs per query
+    Pairs: each pair enters as ``b = z̃U`` (K numbers) and ``‖z‖``, computed in float64 (exact
+    for near-duplicate documents). By default every pair is used; they are gathered into a
+    flat list whose length depends on the labels (one host synchronisation on a GPU), memory
+    ``O(#pairs·K)``. ``max_pairs_per_query=P`` instead draws P pairs per query
     uniformly with replacement (:func:`losses.pairs.sample_pairs`, unbiased for the per-query
     mean): static shapes ``[B, P]``, memory ``O(B·P·F)``.
 
@@ -268,6 +394,59 @@ def cone_loss(
         >>> round(float(cone_loss(features, labels, mask, basis, constraint="cone")), 4)
         0.382
     """
+    loss, _ = _cone_loss_and_support(
+        features, labels, mask, basis, alpha=alpha, rho=rho, constraint=constraint,
+        weighting=weighting, band=band, solver=solver, max_iter=max_iter, tol=tol,
+        max_pairs_per_query=max_pairs_per_query, generator=generator, reduction=reduction,
+    )  # fmt: skip
+    return loss
+
+
+def _squared_differences(
+    x: torch.Tensor, flat_high: torch.Tensor, flat_low: torch.Tensor
+) -> torch.Tensor:
+    """``‖x_l − x_m‖²`` [P] in float64 for pairs given as rows of the flattened ``x`` [B·L, F].
+
+    Two routes, chosen by cost: the direct differences (a transient [P, F] tensor, O(P·F)) for
+    a few pairs, and for dense pair lists each query's Gram matrix ``x xᵀ`` in float64
+    (O(B·L²·F), no [P, F] tensor), ``‖x_l‖² + ‖x_m‖² − 2 x_l·x_m``. The expansion cancels for
+    near-duplicates: a difference it cannot tell from 0 (below 1e-13 of the norms) is 0, as
+    duplicates are on the direct route.
+    """
+    batch, length, n_features = x.shape
+    if 32 * len(flat_high) < batch * length * length:  # measured crossover: about L²/32 pairs
+        rows = x.reshape(-1, n_features)
+        z = rows.index_select(0, flat_high) - rows.index_select(0, flat_low)
+        return z.to(torch.float64).pow(2).sum(dim=-1)
+    x64 = x.to(torch.float64)
+    inner = x64 @ x64.transpose(1, 2)  # [B, L, L]
+    self_inner = inner.diagonal(dim1=1, dim2=2).reshape(-1)
+    norms_sq = self_inner.index_select(0, flat_high) + self_inner.index_select(0, flat_low)
+    cross = inner.reshape(-1).index_select(0, flat_high * length + flat_low % length)
+    squared = norms_sq - 2.0 * cross
+    return torch.where(squared > 1e-13 * norms_sq, squared, 0.0)
+
+
+def _cone_loss_and_support(
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    basis: torch.Tensor,
+    *,
+    alpha: float,
+    rho: float | None,
+    constraint: str,
+    weighting: str,
+    band: tuple[float, float],
+    solver: str,
+    max_iter: int,
+    tol: float,
+    max_pairs_per_query: int | None,
+    generator: torch.Generator | None,
+    reduction: str,
+    warm_support: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`cone_loss` and the supports of its pairs' fold-ins (a warm start's seed)."""
     if features.dim() == 2:
         raise ValueError(
             f"cone_loss ranks feature vectors [B, L, F] but got shape {tuple(features.shape)} "
@@ -277,14 +456,7 @@ def cone_loss(
         raise ValueError(f"features must be [B, L, F], got shape {tuple(features.shape)}")
     if not features.is_floating_point():
         raise ValueError(f"features must be floating point, got {features.dtype}")
-    batch_shape = tuple(features.shape[:2])
-    if tuple(labels.shape) != batch_shape or tuple(mask.shape) != batch_shape:
-        raise ValueError(
-            f"labels {tuple(labels.shape)} and mask {tuple(mask.shape)} must both be "
-            f"{list(batch_shape)} to match features {tuple(features.shape)}"
-        )
-    if mask.dtype != torch.bool:
-        raise ValueError(f"mask must be bool (True = real document), got {mask.dtype}")
+    check_labels_and_mask(labels, mask, tuple(features.shape[:2]), "features")
     if basis.dim() != 2 or basis.shape[0] != features.shape[-1]:
         raise ValueError(
             f"basis must be [F, K] with F = {features.shape[-1]} (the features' last dimension), "
@@ -298,32 +470,86 @@ def cone_loss(
     n_features = features.shape[-1]
     _warn_wide_basis(n_features, basis.shape[1])
     rho = math.sqrt(n_features) if rho is None else rho
+    # the input rule of losses.inputs: empty lists, any label dtype, non-finite labels drop
+    # their query, half precision computed in float32 (autocast off: the fold-in needs it)
+    features, labels, mask = nonempty_lists(features, labels, mask)
+    dtype = compute_dtype(features.dtype)
+    with torch.autocast(features.device.type, enabled=False):
+        features, basis = features.to(dtype), basis.to(dtype)
+        labels = float_labels(labels, dtype)
+        mask = finite_label_mask(labels, mask)
+        return _cone_terms(
+            features, labels, mask, basis, alpha=alpha, rho=rho, constraint=constraint,
+            weighting=weighting, band=band, solver=solver, max_iter=max_iter, tol=tol,
+            max_pairs_per_query=max_pairs_per_query, generator=generator, reduction=reduction,
+            warm_support=warm_support,
+        )  # fmt: skip
 
-    # mask first: padded rows become 0 so NaN never reaches a difference or a gradient
-    real_labels = torch.where(mask, labels, torch.zeros_like(labels)).to(features.dtype)
-    x = torch.where(mask.unsqueeze(-1), features, torch.zeros_like(features))
+
+def _cone_terms(
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    basis: torch.Tensor,
+    *,
+    alpha: float,
+    rho: float,
+    constraint: str,
+    weighting: str,
+    band: tuple[float, float],
+    solver: str,
+    max_iter: int,
+    tol: float,
+    max_pairs_per_query: int | None,
+    generator: torch.Generator | None,
+    reduction: str,
+    warm_support: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The loss on checked inputs in their compute dtype (see :func:`cone_loss`)."""
+    # mask first: padded rows and non-finite values become 0 so nothing non-finite reaches a
+    # difference or a gradient; a non-finite feature makes its query NaN at the end
+    real_labels = torch.where(mask, labels, torch.zeros_like(labels))
+    x = finite_scores(features, mask)
     if max_pairs_per_query is None:
         pref = preference_mask(labels, mask)  # [B, L, L]
-        query, high, low = torch.where(pref)  # the flat pair list of SPEC §2.6 (dynamic length)
-        z = x[query, high] - x[query, low]  # [P, F], direct differences
-        gain = real_labels[query, high] - real_labels[query, low]
+        query, high, low = torch.where(pref)  # the flat pair list (dynamic length)
         counts = pref.sum(dim=(1, 2))
         pair_valid = None
     else:
         high2, low2, ok = sample_pairs(labels, mask, max_pairs_per_query, generator=generator)
-        z = pair_differences(x, high2, low2).reshape(-1, n_features)
-        gain = (real_labels.gather(1, high2) - real_labels.gather(1, low2)).reshape(-1)
         query = torch.arange(features.shape[0], device=features.device)
         query = query.repeat_interleave(max_pairs_per_query)
+        high, low = high2.reshape(-1), low2.reshape(-1)
         counts = ok.sum(dim=1)
         pair_valid = ok.reshape(-1)
+    gain = real_labels[query, high] - real_labels[query, low]
 
-    z_tilde = normalise_differences(z, alpha, rho)
-    w = cone_fold_in(
-        z_tilde, basis, constraint=constraint, band=band, solver=solver, max_iter=max_iter, tol=tol
-    ).to(z_tilde.dtype)
-    residual = z_tilde - w @ basis.to(z_tilde.dtype).T  # w* fixed: Danskin gradient
-    distance = residual.pow(2).sum(dim=-1)
+    # Per pair only K numbers are kept, in float64: b = z̃U = s (p_l − p_m) with p = xU and
+    # s = ρ / (α + ‖z‖), and ‖z̃‖² = s² ‖z‖²; the squared distance is ‖z̃‖² − 2 bᵀw + wᵀGw with
+    # w fixed. ‖z‖² comes from the cheaper of two exact routes (see _squared_differences).
+    exact = torch.float64
+    basis64 = basis.to(exact)
+    length = features.shape[1]
+    flat_high, flat_low = query * length + high, query * length + low  # rows of [B·L, ·]
+    squared = _squared_differences(x, flat_high, flat_low)
+    norm = torch.where(squared > 0, torch.where(squared > 0, squared, 1.0).sqrt(), 0.0)
+    scale = rho / (alpha + norm)
+    # flat index_select: its backward is an index_add, not an accumulating index_put
+    projected = (x.to(exact) @ basis64).reshape(-1, basis.shape[1])  # [B·L, K]
+    linear = scale.unsqueeze(-1) * (
+        projected.index_select(0, flat_high) - projected.index_select(0, flat_low)
+    )  # b = z̃U [P, K]
+    gram = basis64.T @ basis64
+    if warm_support is not None and warm_support.shape[0] != linear.shape[0]:
+        warm_support = None  # another pair list: a cold start
+    w, support = _fold_in_k_space(
+        gram.detach(), linear.detach(), constraint=constraint, band=band, solver=solver,
+        max_iter=max_iter, tol=tol, check_every=10, support=warm_support,
+        solve_dtype=torch.promote_types(features.dtype, torch.float32),
+    )  # fmt: skip
+    # w* fixed: the gradient is the Danskin gradient 2(z̃ − Uw*) through z̃ and U
+    distance = scale.pow(2) * squared - 2.0 * (linear * w).sum(-1) + ((w @ gram) * w).sum(-1)
+    distance = distance.clamp(min=0.0).to(features.dtype)
     weight = gain if weighting == "label_diff" else torch.ones_like(gain)
     term = weight * distance
     if pair_valid is not None:
@@ -334,11 +560,18 @@ def cone_loss(
     per_query = per_query + 0.0 * basis.sum().to(term.dtype) + 0.0 * x.sum().to(term.dtype)
     valid = counts > 0
     per_query = per_query / counts.clamp(min=1).to(term.dtype)
-    return reduce_queries(per_query, valid, reduction)
+    per_query = nan_for_nonfinite_scores(per_query, features, mask, valid)
+    return reduce_queries(per_query, valid, reduction), support
 
 
 class ConeLoss(nn.Module):
     """Module form of :func:`cone_loss`; the basis U is an argument (it belongs to the ranker).
+
+    ``warm_start=True`` (``solver="active_set"`` only) seeds each call's fold-in with the
+    supports of the previous call whenever the pair count and K match. The result is the same
+    whatever the seed (the active set ends at the exact minimiser); only the number of
+    iterations changes, and it drops to about one when the pairs are the same as last time
+    (full-batch training, a fixed batch).
 
     Example:
         >>> loss = ConeLoss(constraint="cone")
@@ -357,10 +590,11 @@ class ConeLoss(nn.Module):
         constraint: str = "simplex",
         weighting: str = "label_diff",
         band: tuple[float, float] | list[float] = (1.0, 1.0),
-        solver: str = "fista",
+        solver: str = "active_set",
         max_iter: int = 500,
         tol: float = 1e-7,
         max_pairs_per_query: int | None = None,
+        warm_start: bool = False,
         reduction: str = "mean",
     ) -> None:
         super().__init__()
@@ -373,11 +607,20 @@ class ConeLoss(nn.Module):
         self.alpha, self.rho, self.constraint, self.weighting = alpha, rho, constraint, weighting
         self.band, self.solver, self.max_iter, self.tol = band, solver, max_iter, tol
         self.max_pairs_per_query, self.reduction = max_pairs_per_query, reduction
+        self.warm_start = warm_start
+        self._support: torch.Tensor | None = None  # the last call's supports (warm start)
 
     def forward(self, features, labels, mask, basis):  # noqa: D102 (see cone_loss)
-        return cone_loss(
+        seed = self._support
+        if seed is not None and (seed.device != basis.device or seed.shape[1] != basis.shape[1]):
+            seed = None
+        loss, support = _cone_loss_and_support(
             features, labels, mask, basis, alpha=self.alpha, rho=self.rho,
             constraint=self.constraint, weighting=self.weighting, band=self.band,
             solver=self.solver, max_iter=self.max_iter, tol=self.tol,
-            max_pairs_per_query=self.max_pairs_per_query, reduction=self.reduction,
+            max_pairs_per_query=self.max_pairs_per_query, generator=None,
+            reduction=self.reduction, warm_support=seed,
         )  # fmt: skip
+        if self.warm_start and self.solver == "active_set":
+            self._support = support
+        return loss

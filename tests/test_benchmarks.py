@@ -99,3 +99,16 @@ def test_scale_tiny(tmp_path):
     scale.main(["--tiny", "--losses", "listnet", "--out", str(out)])
     text = out.read_text()
     assert "| listnet | full lists |" in text and "failed" not in text
+
+
+def test_cone_throughput_tiny(capsys):
+    from benchmarks import cone_throughput
+
+    cone_throughput.main(["--lengths", "6", "--batch", "3", "--repeats", "1", "--no-memory"])
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| 6 |"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert len(cells) == 10 and cells[4].endswith("x") and cells[7].endswith("x")
+    differences = [float(value) for value in cells[8].split(",")]
+    assert all(0 <= value < 1e-5 for value in differences)  # both agree with float64
+    assert "default = conf/loss/cone.yaml (solver active_set" in out

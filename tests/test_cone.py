@@ -11,6 +11,7 @@ import torch
 
 import losses.cone as cone_module
 from losses.cone import ConeLoss, cone_fold_in, cone_loss, project_simplex
+from losses.cone_active_set import active_set_fold_in
 from tests.oracles import (
     cone_fold_in_exact,
     cone_query_loss_oracle,
@@ -79,29 +80,115 @@ class TestConeLoss:
         torch.testing.assert_close(f1.grad, clean.grad, rtol=1e-5, atol=1e-7)
         assert got[1] == 0 and got[2] == 0  # single-label and n = 1 queries
 
+    @pytest.mark.parametrize("solver", ["active_set", "fista"])
     @pytest.mark.parametrize("constraint", ["simplex", "cone", "band"])
-    def test_fista_matches_exact_fold_in(self, constraint):
+    def test_fold_in_matches_exact_fold_in(self, constraint, solver):
         g = torch.Generator().manual_seed(3)
         basis = torch.randn(12, 10, generator=g, dtype=torch.float64)  # K = 10, UᵀU ≻ 0
         z = 3.0 * torch.randn(25, 12, generator=g, dtype=torch.float64)
         band = (0.5, 3.0)
-        w = cone_fold_in(z, basis, constraint=constraint, band=band, max_iter=20000, tol=1e-12)
+        w = cone_fold_in(z, basis, constraint=constraint, band=band, solver=solver,
+                         max_iter=20000, tol=1e-12)  # fmt: skip
         values = ((z - w @ basis.T) ** 2).sum(-1)
         for j in range(z.shape[0]):
             w_exact, value = cone_fold_in_exact(z[j].numpy(), basis.numpy(), constraint, band)
             assert values[j].item() == pytest.approx(value, rel=1e-6, abs=1e-9)
             np.testing.assert_allclose(w[j].numpy(), w_exact, atol=1e-6)
 
-    def test_default_tolerance_is_accurate(self):
-        # the defaults (tol 1e-7, 500 iterations) meet SPEC §8's 1e-6 relative on the value
+    @pytest.mark.parametrize("solver", ["active_set", "fista"])
+    def test_default_tolerance_is_accurate(self, solver):
+        # each solver's defaults (tol 1e-7; FISTA's 500 iterations) give 1e-6 relative values
         g = torch.Generator().manual_seed(4)
         basis = torch.randn(8, 5, generator=g, dtype=torch.float64)
         z = torch.randn(20, 8, generator=g, dtype=torch.float64)
-        w = cone_fold_in(z, basis)
+        w = cone_fold_in(z, basis, solver=solver)
         values = ((z - w @ basis.T) ** 2).sum(-1)
         for j in range(z.shape[0]):
             _, value = cone_fold_in_exact(z[j].numpy(), basis.numpy())
             assert values[j].item() == pytest.approx(value, rel=1e-6)
+
+    @pytest.mark.parametrize("constraint", ["simplex", "cone", "band"])
+    @pytest.mark.parametrize(("n_features", "n_basis"), [(12, 8), (3, 6), (2, 7), (6, 1)])
+    def test_active_set_is_exact_on_every_basis_shape(self, constraint, n_features, n_basis):
+        # well-posed (K <= F) and singular (K > F) bases, many pairs at once, tight tolerance
+        g = torch.Generator().manual_seed(n_features * 100 + n_basis)
+        basis = torch.randn(n_features, n_basis, generator=g, dtype=torch.float64)
+        z = 3.0 * torch.randn(30, n_features, generator=g, dtype=torch.float64)
+        band = (0.5, 2.0)
+        w = cone_fold_in(z, basis, constraint=constraint, band=band, tol=1e-12)
+        assert torch.all(w >= 0)
+        values = ((z - w @ basis.T) ** 2).sum(-1)
+        for j in range(z.shape[0]):
+            _, value = cone_fold_in_exact(z[j].numpy(), basis.numpy(), constraint, band)
+            assert values[j].item() == pytest.approx(value, rel=1e-6, abs=1e-9)
+
+    def test_active_set_repeated_columns_and_pairs_inside_the_hull(self):
+        # a repeated column (affinely dependent faces) and points inside the hull (distance 0)
+        g = torch.Generator().manual_seed(11)
+        basis = torch.randn(5, 4, generator=g, dtype=torch.float64)
+        basis = torch.cat([basis, basis[:, :1]], dim=1)
+        inside = torch.softmax(torch.randn(10, 5, generator=g, dtype=torch.float64), -1)
+        z = torch.cat([inside @ basis.T, 2.0 * torch.randn(10, 5, generator=g).double()])
+        w = cone_fold_in(z, basis, tol=1e-12)
+        values = ((z - w @ basis.T) ** 2).sum(-1)
+        torch.testing.assert_close(w.sum(-1), torch.ones(20, dtype=torch.float64))
+        for j in range(z.shape[0]):
+            _, value = cone_fold_in_exact(z[j].numpy(), basis.numpy())
+            assert values[j].item() == pytest.approx(value, rel=1e-6, abs=1e-12)
+
+    def test_active_set_stops_in_few_iterations_and_any_seed_gives_the_same_answer(self):
+        g = torch.Generator().manual_seed(12)
+        basis = torch.randn(20, 10, generator=g, dtype=torch.float64)
+        linear = 3.0 * torch.randn(500, 20, generator=g, dtype=torch.float64) @ basis
+        gram = basis.T @ basis
+        for total in (1.0, None):
+            w, support, cold = active_set_fold_in(gram, linear, total=total, tol=1e-12,
+                                                  max_iter=100)  # fmt: skip
+            assert cold <= 12 and torch.equal(support, w > 0)
+            warm = active_set_fold_in(gram, linear, total=total, tol=1e-12, max_iter=100,
+                                      support=support)  # fmt: skip
+            assert warm[2] == 1  # the right support: one solve and one KKT check
+            torch.testing.assert_close(warm[0], w, rtol=0, atol=1e-12)
+            seeds = torch.rand(500, 10, generator=g) < 0.5  # arbitrary seeds, empty ones too
+            other = active_set_fold_in(gram, linear, total=total, tol=1e-12, max_iter=100,
+                                       support=seeds)  # fmt: skip
+            torch.testing.assert_close(other[0], w, rtol=0, atol=1e-10)
+
+    def test_active_set_cap_keeps_a_feasible_point(self):
+        g = torch.Generator().manual_seed(13)
+        basis = torch.randn(20, 10, generator=g, dtype=torch.float64)
+        linear = 3.0 * torch.randn(200, 20, generator=g, dtype=torch.float64) @ basis
+        w, _, iterations = active_set_fold_in(basis.T @ basis, linear, total=1.0, tol=1e-12,
+                                              max_iter=1)  # fmt: skip
+        assert iterations == 1 and torch.all(w >= 0)
+        torch.testing.assert_close(w.sum(-1), torch.ones(200, dtype=torch.float64))
+        with pytest.raises(ValueError, match="max_iter"):
+            active_set_fold_in(basis.T @ basis, linear, total=1.0, tol=0.0, max_iter=0)
+
+    def test_float32_features_agree_with_float64(self):
+        # float32 features solve in float32 (the face inverses stay float64): per query the
+        # loss agrees with the float64 computation to well under 1e-5
+        features, labels, mask = random_batch(batch=8, length=30, n_features=46, seed=3)
+        basis = random_basis(n_features=46, n_basis=10, seed=4) * 3.0
+        wide = cone_loss(features, labels, mask, basis, reduction="none", tol=1e-12)
+        narrow = cone_loss(features.float(), labels.float(), mask, basis.float(),
+                           reduction="none")  # fmt: skip
+        torch.testing.assert_close(narrow.double(), wide, rtol=1e-5, atol=1e-7)
+
+    def test_warm_start_changes_only_time(self):
+        features, labels, mask = random_batch(6, 12, 8, seed=5, nan_padding=False)
+        basis = random_basis(n_features=8, n_basis=5, seed=6)
+        other, _, _ = random_batch(6, 12, 8, seed=7, nan_padding=False)  # same labels: same pairs
+        cold, warm = ConeLoss(), ConeLoss(warm_start=True)
+        for batch in (features, features, other, features):
+            f1 = batch.clone().requires_grad_(True)
+            f2 = batch.clone().requires_grad_(True)
+            a, b = cold(f1, labels, mask, basis), warm(f2, labels, mask, basis)
+            a.backward()
+            b.backward()
+            torch.testing.assert_close(b, a, rtol=1e-12, atol=0)
+            torch.testing.assert_close(f2.grad, f1.grad, rtol=1e-10, atol=1e-14)
+        assert warm._support is not None and cold._support is None
 
     def test_wide_basis_value_matches_exact_and_warns_once(self, monkeypatch):
         monkeypatch.setattr(cone_module, "_WARNED_WIDE_BASIS", False)
