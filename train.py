@@ -40,7 +40,7 @@ from rich.console import Console
 from rich.table import Table
 
 from datamodules.download import data_home
-from rankers.evaluate import evaluate_files
+from rankers.evaluate import evaluate_arrays
 from rankers.export import Scorer, export_onnx, export_torchscript, write_trec_run
 
 CONFIG_DIR = Path(__file__).resolve().parent / "conf"
@@ -186,15 +186,13 @@ def check_data_root(data: DictConfig) -> None:
 
 
 def data_fingerprint(datamodule) -> dict[str, Any]:
-    """What a checkpoint records about its data: the sha256 of the fold's files (split by
-    split, in order), the feature count and the normalization with its statistics."""
+    """What a checkpoint records about its data: a sha256 over the fold's files' own sha256
+    (split by split, in order; the reader's cache has them, so no text is read again), the
+    feature count and the normalization with its statistics."""
     digest = hashlib.sha256()
     for split in ("train", "val", "test"):
-        for path in datamodule.split_files(split):
-            digest.update(f"{split}\0".encode())
-            with open(path, "rb") as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(block)
+        for file_digest in datamodule.file_sha256(split):
+            digest.update(f"{split}\0{file_digest}".encode())
     stats = {}
     for name in ("feature_mean", "feature_std"):
         value = getattr(datamodule, name)
@@ -279,7 +277,8 @@ def write_outputs(run_dir: Path, model, datamodule, metrics: bool, weights: str)
     if not metrics:
         log.info("predictions of %s: %s", weights, out)
         return
-    values = evaluate_files(sources, out / "test.txt", ks=model.test_metrics.ks)
+    # scored from the rows in memory: the same reader, grouping and floats as the files
+    values = evaluate_arrays(scores, split.labels, split.qids, ks=model.test_metrics.ks)
     (run_dir / "test_metrics.json").write_text(json.dumps(values, indent=2) + "\n")
     table = Table("metric", "test")
     for key, value in values.items():

@@ -5,8 +5,10 @@
 
 The set is :func:`datamodules.mslr_synthetic.generate_mslr` at full size (31,531 queries,
 3,771,125 documents, 136 float32 features = 2.05 GB, labels 0-4, lists up to 1,251), generated
-in memory. Each loss runs in its own process (so its peak RSS is its own, data included):
-generate, then one epoch of Adam steps on batches of 64 queries (the ranker and loss as in
+in memory, so this measures the losses, not the data path (text parsing, cache, normalisation:
+``benchmarks/data_path.py`` runs ``train.py`` on the same shape written as LETOR text). Each
+loss runs in its own process (so its peak RSS is its own, data included): generate, then one
+epoch of Adam steps on batches of 64 queries (the ranker and loss as in
 ``benchmarks/throughput.py``), with the pair budget in ``BUDGETS``: a ``max_list`` cap
 (training subsample keeping relevant documents, ``datamodules.sampling.subsample_query``) for
 losses whose memory grows as B·L², full lists for the O(L) / O(L log L) ones, sampled pairs or

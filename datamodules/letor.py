@@ -4,8 +4,9 @@ Public API::
 
     LetorDataModule(root, fold=1, normalization="zscore", batch_size=32, eval_batch_size=64,
                     max_list=None, bucket_by_length=True, nan_policy="error", null_value=None,
-                    label_range=None, drop_train_queries_without_pairs=False, cache_dir=None,
-                    num_workers=0, seed=0)
+                    label_range=None, unseen_features="error",
+                    drop_train_queries_without_pairs=False, cache_dir=None,
+                    verify_cache_hash=False, num_workers=0, seed=0)
       .n_features              F = max feature index over the fold's files (loads lazily)
       .label_levels            sorted distinct labels over all splits (loads lazily)
       .feature_mean / .feature_std   zscore statistics of the training split (else None)
@@ -14,26 +15,47 @@ Public API::
       .full_batch(split)       all queries of "train" | "val" | "test" as one padded batch
       .split_files(split)      source files in concatenation order (no parsing)
       .num_rows(split), .docids(split), .split_data(split) -> LetorSplit
+      .file_sha256(split)      sha256 of each source file, from the cache (no re-read)
     resolve_fold_files(root, fold) -> {"train": [Path], "val": [Path], "test": [Path]}
     ShardedQueryBatchSampler(lengths, batch_size, rank=, world_size=, shuffle=, ...)
 
 Layouts: ``root/FoldN/{train,vali,test}.txt[.gz]``, or ``root/S1..S5.txt[.gz]`` with
 ``root/folds.tsv`` (header ``fold train vali test``; rows like ``Fold1 S1,S2,S3 S4 S5``; a split
-is the concatenation of its S files in that order). A split's rows are numbered 0.. in that
+is the concatenation of its S files in that order). A directory holding both layouts, a name
+present as both ``x.txt`` and ``x.txt.gz``, a split without files, and a file used twice
+(within a split or by two splits) are errors. A split's rows are numbered 0.. in that
 concatenation (``doc_index``). Rows of one qid form ONE query even when not contiguous, in file
 order; queries are ordered by first appearance. Batches follow ``datamodules/collate.py``.
 
+Every check runs when the data is first loaded (``setup``, or ``n_features`` which ``train.py``
+reads before building the model), so bad data fails before the first training step, with
+``file:line`` or file and feature in the message. The text rules are
+:mod:`datamodules.reader`'s. F is the largest feature index written in the training files; a
+feature written in a validation or test file but in no training file (its weight would never be
+trained) is an error, or with ``unseen_features="drop"`` it is dropped (set to 0) and the count
+logged. A training split without any preference pair (no query with two distinct labels) logs
+a warning; ``trainer.max_epochs=0`` is refused at ``setup("fit")``.
+
+Features are float32 end to end: each split's normalised matrix is cached (keyed by the files'
+content hashes and the options) and memory-mapped, so a warm start reads no text and copies no
+feature matrix, and processes on one machine (DDP ranks, sweep jobs) share one copy.
+
 Options: ``normalization`` "none" | "zscore" (train mean/std; std 0 -> centred only) |
-"query_minmax" (LETOR QueryLevelNorm, 0 where max == min). ``max_list`` caps training lists by
+"query_minmax" (LETOR QueryLevelNorm, 0 where max == min); statistics are accumulated in
+float64, applied in row blocks. ``max_list`` caps training lists by
 :func:`datamodules.sampling.subsample_query` each time a query is drawn; validation, test and
 ``full_batch`` never cap. ``drop_train_queries_without_pairs`` drops (and logs) training queries
-whose documents share one label. Reader options are described in :mod:`datamodules.reader`.
+whose documents share one label. ``nan_policy``, ``null_value`` and ``label_range`` are the
+reader's value rules (:mod:`datamodules.reader`); ``verify_cache_hash`` re-hashes every file
+instead of trusting size and mtime.
 Under DDP (``trainer=ddp``, which sets ``use_distributed_sampler=False``) the loaders shard
 queries across processes themselves; evaluation scores every query exactly once.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import numbers
 from collections.abc import Iterator
@@ -42,18 +64,28 @@ from pathlib import Path
 
 import numpy as np
 import pytorch_lightning as pl
-import scipy.sparse as sp
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from datamodules import cache
 from datamodules.collate import collate_queries
-from datamodules.reader import check_read_options, read_letor_file
+from datamodules.reader import (
+    LetorFile,
+    check_read_options,
+    default_cache_dir,
+    group_queries,
+    read_letor_file,
+)
 from datamodules.sampling import QueryBatchSampler, subsample_query
 
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val", "test")
 NORMALIZATIONS = ("none", "zscore", "query_minmax")
+UNSEEN_FEATURES = ("error", "drop")
+# Bump when the cached split arrays' meaning changes.
+_SPLIT_CACHE_VERSION = 1
+_BLOCK_ROWS = 65536  # rows per block when copying and normalising features
 _SPLIT_ALIASES = {
     "train": "train",
     "val": "val",
@@ -70,29 +102,57 @@ class MissingLetorFileError(FileNotFoundError, ValueError):
 
 
 def _existing(base: Path) -> Path:
-    """``base`` + ``.txt`` / ``.txt.gz`` (or ``base`` itself if it names a file)."""
+    """``base`` + ``.txt`` / ``.txt.gz`` (or ``base`` itself if it names a file); both
+    ``x.txt`` and ``x.txt.gz`` present is an error (which one is meant?)."""
     candidates = [base] if base.suffix in (".txt", ".gz") else []
     candidates += [base.with_name(base.name + ".txt"), base.with_name(base.name + ".txt.gz")]
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
+    found = [c for c in candidates if c.is_file()]
+    if len(found) > 1:
+        raise ValueError(
+            f"ambiguous LETOR file: both {found[0]} and {found[1]} exist; remove one of them"
+        )
+    if found:
+        return found[0]
     tried = " or ".join(str(c) for c in candidates)
     raise MissingLetorFileError(f"missing LETOR fold file: {tried}")
 
 
 def resolve_fold_files(root, fold: int) -> dict[str, list[Path]]:
-    """The source files of each split of ``fold``, in concatenation order."""
+    """The source files of each split of ``fold``, in concatenation order (layout checks of
+    the module docstring included)."""
     root = Path(root).expanduser()
     if not root.is_dir():
         raise MissingLetorFileError(f"LETOR root directory does not exist: {root}")
     fold_dir = root / f"Fold{fold}"
-    if fold_dir.is_dir():
-        return {split: [_existing(fold_dir / stem)] for split, stem in _FOLD_FILE_STEMS.items()}
     table = root / "folds.tsv"
-    if not table.is_file():
+    fold_dirs = sorted(p.name for p in root.glob("Fold[0-9]*") if p.is_dir())
+    if fold_dirs and table.is_file():
+        raise ValueError(
+            f"{root} holds both LETOR layouts ({', '.join(fold_dirs)} and "
+            "folds.tsv); keep one of them"
+        )
+    if fold_dir.is_dir():
+        files = {split: [_existing(fold_dir / stem)] for split, stem in _FOLD_FILE_STEMS.items()}
+    elif not table.is_file():
         raise MissingLetorFileError(
             f"{root} is not a LETOR directory: neither {fold_dir}/ nor {table} exists"
         )
+    else:
+        files = _folds_table_row(table, root, fold)
+    seen: dict[Path, str] = {}
+    for split, paths in files.items():
+        for path in paths:
+            key = path.resolve()
+            if key in seen:
+                where = "twice in" if seen[key] == split else f"in {seen[key]} and in"
+                raise ValueError(
+                    f"fold {fold}: {path} is used {where} {split}; the splits must not share files"
+                )
+            seen[key] = split
+    return files
+
+
+def _folds_table_row(table: Path, root: Path, fold: int) -> dict[str, list[Path]]:
     rows = [line.split() for line in table.read_text().splitlines()]
     numbered = [(n, row) for n, row in enumerate(rows, start=1) if row]
     if not numbered or [c.lower() for c in numbered[0][1]] != ["fold", "train", "vali", "test"]:
@@ -102,10 +162,13 @@ def resolve_fold_files(root, fold: int) -> dict[str, list[Path]]:
             continue
         if len(row) != 4:
             raise ValueError(f"{table}:{number}: expected 4 columns (fold train vali test)")
-        return {
-            split: [_existing(root / name) for name in column.split(",") if name]
-            for split, column in zip(SPLITS, row[1:], strict=True)
-        }
+        files = {}
+        for split, column in zip(SPLITS, row[1:], strict=True):
+            names = [name for name in column.split(",") if name]
+            if not names:
+                raise ValueError(f"{table}:{number}: the {split} column names no file")
+            files[split] = [_existing(root / name) for name in names]
+        return files
     raise ValueError(f"{table}: no row for Fold{fold}")
 
 
@@ -113,10 +176,11 @@ def resolve_fold_files(root, fold: int) -> dict[str, list[Path]]:
 class LetorSplit:
     """One split as read: rows in source order, and the query grouping.
 
-    ``features`` float32 [N, F] (normalised), ``labels`` float32 [N], ``qids`` int64 [N],
-    ``docids`` str [N]; query ``q`` has id ``query_ids[q]`` and rows ``query_rows[q]``
+    ``features`` float32 [N, F] (normalised; memory-mapped from the cache), ``labels`` float32
+    [N], ``qids`` int64 [N]; query ``q`` has id ``query_ids[q]`` and rows ``query_rows[q]``
     (int64, file order). ``queries`` are the indices of the queries served by the loaders
-    (all of them except for a training split with a drop policy).
+    (all of them except for a training split with a drop policy). ``sources`` are the parsed
+    files; :attr:`docids` decodes their doc ids on demand.
     """
 
     name: str
@@ -124,14 +188,19 @@ class LetorSplit:
     features: np.ndarray
     labels: np.ndarray
     qids: np.ndarray
-    docids: np.ndarray
     query_ids: np.ndarray
     query_rows: list[np.ndarray]
     queries: np.ndarray
+    sources: list[LetorFile]
 
     @property
     def num_rows(self) -> int:
         return len(self.labels)
+
+    @property
+    def docids(self) -> np.ndarray:
+        """Doc id of every row (str [N])."""
+        return np.concatenate([source.docids for source in self.sources])
 
 
 class LetorQueryDataset(Dataset):
@@ -195,8 +264,10 @@ class LetorDataModule(pl.LightningDataModule):
         nan_policy: str = "error",
         null_value: float | None = None,
         label_range=None,
+        unseen_features: str = "error",
         drop_train_queries_without_pairs: bool = False,
         cache_dir=None,
+        verify_cache_hash: bool = False,
         num_workers: int = 0,
         seed: int = 0,
     ):
@@ -220,12 +291,18 @@ class LetorDataModule(pl.LightningDataModule):
         self.bucket_by_length = _check_bool("bucket_by_length", bucket_by_length)
         self.null_value, self.label_range = check_read_options(nan_policy, null_value, label_range)
         self.nan_policy = nan_policy
+        if unseen_features not in UNSEEN_FEATURES:
+            raise ValueError(
+                f"unseen_features must be one of {UNSEEN_FEATURES}, got {unseen_features!r}"
+            )
+        self.unseen_features = unseen_features
         self.drop_train_queries_without_pairs = _check_bool(
             "drop_train_queries_without_pairs", drop_train_queries_without_pairs
         )
         if cache_dir is not None and not isinstance(cache_dir, (str, Path)):
             raise ValueError(f"cache_dir must be a path or None, got {cache_dir!r}")
         self.cache_dir = None if cache_dir is None else Path(cache_dir).expanduser()
+        self.verify_cache_hash = _check_bool("verify_cache_hash", verify_cache_hash)
         self.num_workers = _check_int("num_workers", num_workers, 0)
         self.seed = _check_int("seed", seed, 0)
         self._splits: dict[str, LetorSplit] | None = None
@@ -255,6 +332,12 @@ class LetorDataModule(pl.LightningDataModule):
         """Nothing to download; ``setup`` parses (cached) on every process."""
 
     def setup(self, stage: str | None = None) -> None:
+        trainer = self.trainer
+        if stage == "fit" and trainer is not None and trainer.max_epochs == 0:
+            raise ValueError(
+                "trainer.max_epochs=0 trains nothing: set max_epochs >= 1, or "
+                "evaluate a checkpoint with task=test ckpt_path=..."
+            )
         self._load()
 
     def _load(self) -> None:
@@ -262,20 +345,21 @@ class LetorDataModule(pl.LightningDataModule):
             return
         files = resolve_fold_files(self._data_root(), self.fold)
         parsed = {}
-        for path in dict.fromkeys(p for paths in files.values() for p in paths):
+        for path in (p for paths in files.values() for p in paths):
             parsed[path] = read_letor_file(
-                path,
+                path, cache_dir=self.cache_dir, verify_hash=self.verify_cache_hash
+            )
+            parsed[path].check_values(
                 nan_policy=self.nan_policy,
                 null_value=self.null_value,
                 label_range=self.label_range,
-                cache_dir=self.cache_dir,
             )
-        n_features = max(f.max_feature_index for f in parsed.values())
+        n_features, dropped = self._feature_set(files, parsed)
         splits = {
-            name: self._build_split(name, paths, [parsed[p] for p in paths], n_features)
+            name: self._build_split(name, paths, [parsed[p] for p in paths])
             for name, paths in files.items()
         }
-        self._normalize(splits)
+        self._store_features(splits, n_features, dropped)
         self._n_features = n_features
         self._splits = splits
         self._datasets = {
@@ -283,59 +367,172 @@ class LetorDataModule(pl.LightningDataModule):
             for name, split in splits.items()
         }
 
-    def _build_split(self, name, paths, parts, n_features) -> LetorSplit:
-        matrices = [
-            sp.csr_matrix(
-                (p.features.data, p.features.indices, p.features.indptr),
-                shape=(p.num_rows, n_features),
-            )
-            for p in parts
-        ]
-        features = sp.vstack(matrices, format="csr").toarray()
-        labels = np.concatenate([p.labels for p in parts])
+    def _feature_set(self, files, parsed) -> tuple[int, np.ndarray]:
+        """F (the largest feature index written in training) and the features to drop: those
+        written only outside training (an error unless ``unseen_features="drop"``)."""
+        train = [parsed[p] for p in files["train"]]
+        n_features = max(p.max_feature_index for p in train)
+        trained = np.zeros(n_features, dtype=bool)
+        for part in train:
+            trained[: part.max_feature_index] |= part.present
+        dropped = np.zeros(n_features, dtype=bool)
+        for split in ("val", "test"):
+            for path in files[split]:
+                present = parsed[path].present
+                seen = np.zeros(len(present), dtype=bool)
+                width = min(len(present), n_features)
+                seen[:width] = trained[:width]
+                unseen = np.flatnonzero(present & ~seen)
+                if len(unseen) == 0:
+                    continue
+                if self.unseen_features == "error":
+                    shown = ", ".join(str(j + 1) for j in unseen[:5])
+                    more = f" and {len(unseen) - 5} more" if len(unseen) > 5 else ""
+                    raise ValueError(
+                        f"{path}: feature {shown}{more} occurs in no training file, so no "
+                        "weight is trained for it; set unseen_features=drop to drop such "
+                        "features"
+                    )
+                dropped[unseen[unseen < n_features]] = True
+                log.warning(
+                    "%s: dropped %d feature(s) that occur in no training file (%s)",
+                    path,
+                    len(unseen),
+                    ", ".join(str(j + 1) for j in unseen[:10]),
+                )
+        return n_features, dropped
+
+    def _build_split(self, name, paths, parts) -> LetorSplit:
+        labels = np.concatenate([p.labels for p in parts]).astype(np.float32)
         qids = np.concatenate([p.qids for p in parts])
-        docids = np.concatenate([p.docids for p in parts])
         query_ids, query_rows = _group_queries(qids, name)
         queries = np.arange(len(query_ids))
-        if name == "train" and self.drop_train_queries_without_pairs:
-            has_pairs = np.asarray([labels[r].max() > labels[r].min() for r in query_rows])
-            queries = queries[has_pairs]
-            log.info(
-                "dropped %d of %d training queries without preference pairs "
-                "(drop_train_queries_without_pairs=True)",
-                len(query_ids) - len(queries),
-                len(query_ids),
-            )
-            if len(queries) == 0:
-                raise ValueError("no training query has two distinct labels; nothing to train on")
+        if name == "train":
+            has_pairs = _has_pairs(labels, query_rows)
+            if not has_pairs.any():
+                if self.drop_train_queries_without_pairs:
+                    raise ValueError(
+                        "no training query has two distinct labels; nothing to train on"
+                    )
+                log.warning(
+                    "the training split (%s) has no preference pair: no query has two "
+                    "distinct labels, so pairwise and listwise losses learn nothing",
+                    ", ".join(str(p) for p in paths),
+                )
+            if self.drop_train_queries_without_pairs:
+                queries = queries[has_pairs]
+                log.info(
+                    "dropped %d of %d training queries without preference pairs "
+                    "(drop_train_queries_without_pairs=True)",
+                    len(query_ids) - len(queries),
+                    len(query_ids),
+                )
         return LetorSplit(
             name=name,
             files=list(paths),
-            features=features,
+            features=np.zeros((0, 0), np.float32),  # set by _store_features
             labels=labels,
             qids=qids,
-            docids=docids,
             query_ids=query_ids,
             query_rows=query_rows,
             queries=queries,
+            sources=list(parts),
         )
 
-    def _normalize(self, splits: dict[str, LetorSplit]) -> None:
-        """Normalise features in float64, then store float32."""
+    def _store_features(
+        self, splits: dict[str, LetorSplit], n_features: int, dropped: np.ndarray
+    ) -> None:
+        """Each split's normalised float32 features, from the cache or built into it."""
+        root = Path(self.cache_dir or default_cache_dir()).expanduser() / "letor" / "splits"
+        options = {
+            "version": _SPLIT_CACHE_VERSION,
+            "normalization": self.normalization,
+            "nan_policy": self.nan_policy,
+            "null_value": repr(self.null_value),
+            "n_features": n_features,
+            "dropped": np.flatnonzero(dropped).tolist(),
+            "train": [s.meta["sha256"] for s in splits["train"].sources],
+        }
+        keys = {
+            name: hashlib.sha256(
+                json.dumps(
+                    {
+                        **options,
+                        "split": name,
+                        "files": [[s.meta["sha256"], s.meta["version"]] for s in split.sources],
+                    },
+                    sort_keys=True,
+                ).encode()
+            ).hexdigest()[:32]
+            for name, split in splits.items()
+        }
+
+        def shapes(meta):
+            return {
+                "features": (meta["rows"], n_features),
+                "mean": (n_features,),
+                "std": (n_features,),
+            }
+
+        loaded = {name: cache.load(root / keys[name], shapes) for name in splits}
+        if all(entry is not None for entry in loaded.values()):
+            for name, split in splits.items():
+                split.features = loaded[name][0]["features"]
+            self._set_zscore(loaded["train"][0])
+            return
+        folders = {name: cache.new_entry(root) for name in splits}
+        arrays = {
+            name: {
+                "features": cache.new_array(
+                    folders[name], "features", np.float32, (split.num_rows, n_features)
+                )
+            }
+            for name, split in splits.items()
+        }
+        for name, split in splits.items():
+            self._copy_features(split, arrays[name]["features"], dropped)
+        mean = np.zeros(n_features)
+        std = np.ones(n_features)
         if self.normalization == "zscore":
-            train = splits["train"].features
-            mean = np.nanmean(train, axis=0)
-            std = np.nanstd(train, axis=0)
-            std = np.where(std > 0, std, 1.0)  # constant feature: centre only
-            self._zscore = (mean, std)
-            for split in splits.values():
-                split.features = (split.features - mean) / std
-        elif self.normalization == "query_minmax":
-            for split in splits.values():
-                split.features = _query_minmax(split.features, split.query_rows)
-        for split in splits.values():
-            split.features = np.ascontiguousarray(split.features, dtype=np.float32)
-            split.labels = split.labels.astype(np.float32)
+            mean, std = _column_stats(arrays["train"]["features"])
+        for name, split in splits.items():
+            features = arrays[name]["features"]
+            if self.normalization == "zscore":
+                _apply_zscore(features, mean, std)
+            elif self.normalization == "query_minmax":
+                _query_minmax(features, split.query_rows)
+            arrays[name].update(mean=mean, std=std)
+            meta = {"rows": split.num_rows, **options, "split": name}
+            entry = cache.commit(
+                folders[name], root / keys[name], arrays[name], meta, shapes, same=lambda old: True
+            )  # keyed by content: equal data
+            split.features = features if entry is None else entry[0]["features"]
+        self._set_zscore({"mean": mean, "std": std})
+
+    def _set_zscore(self, stats: dict) -> None:
+        if self.normalization == "zscore":
+            self._zscore = (np.asarray(stats["mean"]), np.asarray(stats["std"]))
+
+    def _copy_features(self, split: LetorSplit, out: np.ndarray, dropped: np.ndarray) -> None:
+        """The raw values of the split's files into ``out`` under the value rules."""
+        row = 0
+        zeroed = 0
+        for source in split.sources:
+            for start in range(0, source.num_rows, _BLOCK_ROWS):
+                stop = min(start + _BLOCK_ROWS, source.num_rows)
+                block = out[row + start : row + stop]
+                zeroed += source.copy_rows(
+                    block, start, stop, nan_policy=self.nan_policy, null_value=self.null_value
+                )
+                block[:, dropped] = 0.0
+            source.release_pages()
+            row += source.num_rows
+        if zeroed:
+            log.warning(
+                "%s: replaced %d non-finite feature values by 0 (nan_policy='zero')",
+                split.name,
+                zeroed,
+            )
 
     # ---- properties --------------------------------------------------------------------------
 
@@ -371,6 +568,11 @@ class LetorDataModule(pl.LightningDataModule):
     def num_rows(self, split: str) -> int:
         """Rows of the split's source files (dropped training queries included)."""
         return self.split_data(split).num_rows
+
+    def file_sha256(self, split: str) -> list[str]:
+        """sha256 of the bytes of each source file of ``split`` (as on disk, e.g. gzip), from
+        the reader's cache: fingerprints without reading the text again."""
+        return [source.meta["sha256"] for source in self.split_data(split).sources]
 
     def docids(self, split: str) -> list[str]:
         """Doc id of every row of the split, in source order."""
@@ -442,8 +644,9 @@ class ShardedQueryBatchSampler(Sampler):
     from a checkpoint draw the same batches as an uninterrupted one.
     """
 
-    def __init__(self, lengths, batch_size: int, *, rank: int, world_size: int, shuffle: bool,
-                 **options):
+    def __init__(
+        self, lengths, batch_size: int, *, rank: int, world_size: int, shuffle: bool, **options
+    ):
         self.lengths = np.asarray(lengths, dtype=np.int64)
         world_size = _check_int("world_size", world_size, 1)
         self.rank = _check_int("rank", rank, 0, world_size - 1)
@@ -494,16 +697,11 @@ class ShardedQueryBatchSampler(Sampler):
 
 
 def _group_queries(qids: np.ndarray, split: str) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Group rows by qid (order of first appearance; rows keep file order)."""
-    unique, first, inverse = np.unique(qids, return_index=True, return_inverse=True)
-    rank = np.empty(len(unique), dtype=np.int64)
-    rank[np.argsort(first, kind="stable")] = np.arange(len(unique))
-    query_of_row = rank[inverse.reshape(-1)]
-    order = np.argsort(query_of_row, kind="stable")
-    counts = np.bincount(query_of_row, minlength=len(unique))
-    query_rows = np.split(order.astype(np.int64), np.cumsum(counts)[:-1])
+    """The reader's grouping rule (:func:`datamodules.reader.group_queries`) as query ids and
+    one row array per query; logs qids that occur in several blocks."""
+    query_ids, rows, lengths = group_queries(qids)
     block_qids = qids[np.flatnonzero(np.r_[True, qids[1:] != qids[:-1]])]
-    split_qids = int(np.count_nonzero(np.bincount(np.searchsorted(unique, block_qids)) > 1))
+    split_qids = int(np.count_nonzero(np.unique(block_qids, return_counts=True)[1] > 1))
     if split_qids:
         log.info(
             "%s: %d query ids occur in non-contiguous blocks; each is grouped into one query "
@@ -511,19 +709,59 @@ def _group_queries(qids: np.ndarray, split: str) -> tuple[np.ndarray, list[np.nd
             split,
             split_qids,
         )
-    return unique[np.argsort(first, kind="stable")], query_rows
+    return query_ids, np.split(rows, np.cumsum(lengths)[:-1])
 
 
-def _query_minmax(features: np.ndarray, query_rows: list[np.ndarray]) -> np.ndarray:
-    """LETOR QueryLevelNorm: per query and feature (x - min) / (max - min), 0 if max == min."""
-    out = np.zeros_like(features)
+def _has_pairs(labels: np.ndarray, query_rows: list[np.ndarray]) -> np.ndarray:
+    """bool [Q]: the query has two distinct labels (at least one preference pair)."""
     order = np.concatenate(query_rows)
     starts = np.cumsum([0] + [len(r) for r in query_rows[:-1]])
-    grouped = features[order]
-    low = np.minimum.reduceat(grouped, starts, axis=0)
-    high = np.maximum.reduceat(grouped, starts, axis=0)
-    lengths = np.asarray([len(r) for r in query_rows])
-    low, span = np.repeat(low, lengths, axis=0), np.repeat(high - low, lengths, axis=0)
-    safe = np.where(span > 0, span, 1.0)
-    out[order] = np.where(span > 0, (grouped - low) / safe, 0.0)
-    return out
+    grouped = labels[order]
+    return np.maximum.reduceat(grouped, starts) > np.minimum.reduceat(grouped, starts)
+
+
+def _column_stats(features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-feature mean and std (NaN ignored), accumulated in float64 over row blocks; a std
+    of 0 becomes 1 (a constant feature is centred only)."""
+    n_features = features.shape[1]
+    total, count = np.zeros(n_features), np.zeros(n_features)
+    for start in range(0, len(features), _BLOCK_ROWS):
+        block = features[start : start + _BLOCK_ROWS].astype(np.float64)
+        total += np.nansum(block, axis=0)
+        count += np.sum(~np.isnan(block), axis=0)
+    mean = total / np.maximum(count, 1)
+    squares = np.zeros(n_features)
+    for start in range(0, len(features), _BLOCK_ROWS):
+        block = features[start : start + _BLOCK_ROWS].astype(np.float64) - mean
+        squares += np.nansum(block * block, axis=0)
+    std = np.sqrt(squares / np.maximum(count, 1))
+    return mean, np.where(std > 0, std, 1.0)
+
+
+def _apply_zscore(features: np.ndarray, mean: np.ndarray, std: np.ndarray) -> None:
+    """``(x - mean) / std`` in place, computed in float64 one row block at a time."""
+    for start in range(0, len(features), _BLOCK_ROWS):
+        block = features[start : start + _BLOCK_ROWS]
+        block[:] = (block.astype(np.float64) - mean) / std
+
+
+def _query_minmax(features: np.ndarray, query_rows: list[np.ndarray]) -> None:
+    """LETOR QueryLevelNorm in place: per query and feature (x - min) / (max - min), 0 where
+    max == min; computed in float64 over blocks of queries."""
+    first = 0
+    while first < len(query_rows):
+        last, rows_in_block = first, 0
+        while last < len(query_rows) and (last == first or rows_in_block < _BLOCK_ROWS):
+            rows_in_block += len(query_rows[last])
+            last += 1
+        block_rows = query_rows[first:last]
+        order = np.concatenate(block_rows)
+        lengths = np.asarray([len(r) for r in block_rows])
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        grouped = features[order].astype(np.float64)
+        low = np.minimum.reduceat(grouped, starts, axis=0)
+        high = np.maximum.reduceat(grouped, starts, axis=0)
+        low, span = np.repeat(low, lengths, axis=0), np.repeat(high - low, lengths, axis=0)
+        safe = np.where(span > 0, span, 1.0)
+        features[order] = np.where(span > 0, (grouped - low) / safe, 0.0)
+        first = last

@@ -7,6 +7,7 @@ Public API::
                   chunk_queries=1024) -> RankingArrays
     query_lengths(n_queries, n_docs, max_list, seed) -> int64 [Q]   # sums to n_docs exactly
     iterate_batches(data, batch_size=64, *, max_list=None, seed=0, epoch=0)  # batch contract
+    letor_text(data, first_qid=1) -> bytes    # the set as LETOR text (benchmarks/data_path.py)
 
 MSLR-WEB30K has 31,531 queries, 3,771,125 documents, 136 features, labels 0-4 and lists of up to
 1,251 documents. The generator reproduces that shape (exact query/document counts and maximum
@@ -15,7 +16,8 @@ proportions 51/33/13/2/1 %) with a planted signal: each document has 8 latent fa
 utility is a fixed linear-plus-interaction function of them plus a per-query shift and noise,
 thresholded into labels; its 136 features mix the factors plus noise. The set is generated in
 chunks of queries, each from its own seed ``(seed, chunk)``, straight into float32 arrays (2.05
-GB of features at full size); nothing is written as text. Batches follow the DESIGN batch
+GB of features at full size); :func:`letor_text` writes it as LETOR text when a benchmark needs
+the user's file path. Batches follow the DESIGN batch
 contract via :func:`datamodules.collate.collate_queries`; training-style ``max_list`` caps use
 :func:`datamodules.sampling.subsample_query` like ``LetorDataModule``.
 """
@@ -32,8 +34,13 @@ import torch
 from datamodules.collate import collate_queries
 from datamodules.sampling import QueryBatchSampler, subsample_query
 
-MSLR_WEB30K = {"n_queries": 31531, "n_docs": 3771125, "n_features": 136, "max_list": 1251,
-               "labels": (0, 1, 2, 3, 4)}
+MSLR_WEB30K = {
+    "n_queries": 31531,
+    "n_docs": 3771125,
+    "n_features": 136,
+    "max_list": 1251,
+    "labels": (0, 1, 2, 3, 4),
+}
 # Approximate MSLR-WEB30K label proportions for labels 0..4.
 LABEL_SHARES = (0.514, 0.325, 0.134, 0.019, 0.008)
 _N_LATENT = 8
@@ -65,8 +72,10 @@ def query_lengths(n_queries: int, n_docs: int, max_list: int, seed: int = 0) -> 
     """Log-normal list lengths in ``1..max_list`` summing to exactly ``n_docs``, one query of
     length ``max_list`` (the longest list of the set)."""
     if not n_queries <= n_docs <= n_queries * max_list:
-        raise ValueError(f"need n_queries <= n_docs <= n_queries * max_list, got {n_queries}, "
-                         f"{n_docs}, {max_list}")
+        raise ValueError(
+            f"need n_queries <= n_docs <= n_queries * max_list, got {n_queries}, "
+            f"{n_docs}, {max_list}"
+        )
     rng = np.random.default_rng([seed, 0])
     mean = n_docs / n_queries
     raw = rng.lognormal(np.log(mean) - 0.18, 0.6, size=n_queries)
@@ -123,8 +132,12 @@ def generate_mslr(
         latent = rng.standard_normal((n, _N_LATENT), dtype=np.float32)
         shift = np.repeat(rng.normal(0.0, 0.8, size=last - first), lengths[first:last])
         utility = (
-            0.9 * latent[:, 0] + 0.6 * latent[:, 1] - 0.4 * latent[:, 2]
-            + 0.5 * latent[:, 3] * latent[:, 4] + rng.normal(0.0, 0.8, size=n) + shift
+            0.9 * latent[:, 0]
+            + 0.6 * latent[:, 1]
+            - 0.4 * latent[:, 2]
+            + 0.5 * latent[:, 3] * latent[:, 4]
+            + rng.normal(0.0, 0.8, size=n)
+            + shift
         )
         labels[rows] = np.searchsorted(thresholds, utility).astype(np.float32)
         block = features[rows]
@@ -161,6 +174,54 @@ def iterate_batches(
             if max_list is not None and len(rows) > max_list:
                 rows = rows[subsample_query(data.labels[rows], max_list, rng)]
             index = torch.from_numpy(rows)
-            items.append({"features": features[index], "labels": label_tensor[index], "qid": q,
-                          "doc_index": index})
+            items.append(
+                {
+                    "features": features[index],
+                    "labels": label_tensor[index],
+                    "qid": q,
+                    "doc_index": index,
+                }
+            )
         yield collate_queries(items)
+
+
+def _ascii_digits(values: np.ndarray, width: int) -> np.ndarray:
+    """Non-negative ints [N] as zero-padded ASCII digits uint8 [N, width]."""
+    powers = 10 ** np.arange(width - 1, -1, -1, dtype=np.int64)
+    return (values[:, None] // powers % 10 + 48).astype(np.uint8)
+
+
+def letor_text(data: RankingArrays, first_qid: int = 1) -> bytes:
+    """The set as LETOR text: ``<label> qid:<q> 1:<v> ... F:<v>`` for every row, every value
+    written with six decimals as ``d.dddddd`` (features mapped into [0, 10) like the
+    non-negative MSLR-WEB30K features). Vectorised: rows of one qid width share a layout."""
+    n, n_features = data.features.shape
+    qids = np.repeat(np.arange(first_qid, first_qid + data.n_queries), data.lengths)
+    parts = []
+    for width in range(1, 20):
+        rows = np.flatnonzero(
+            (qids >= (10 ** (width - 1) if width > 1 else 0)) & (qids < 10**width)
+        )
+        if len(rows) == 0:
+            continue
+        for start in range(0, len(rows), 20000):
+            block = rows[start : start + 20000]
+            columns = [
+                _ascii_digits(data.labels[block].astype(np.int64), 1),
+                np.frombuffer(b" qid:", np.uint8)[None].repeat(len(block), 0),
+                _ascii_digits(qids[block], width),
+            ]
+            scaled = np.clip(data.features[block] * 1.5 + 5.0, 0.0, 9.999999)
+            micro = np.rint(scaled.astype(np.float64) * 1e6).astype(np.int64)
+            for j in range(n_features):
+                head = np.frombuffer(f" {j + 1}:".encode(), np.uint8)[None]
+                digits = _ascii_digits(micro[:, j], 7)
+                columns += [
+                    head.repeat(len(block), 0),
+                    digits[:, :1],
+                    np.full((len(block), 1), 46, np.uint8),
+                    digits[:, 1:],
+                ]
+            columns.append(np.full((len(block), 1), 10, np.uint8))
+            parts.append(np.concatenate(columns, axis=1).tobytes())
+    return b"".join(parts)

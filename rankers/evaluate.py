@@ -1,19 +1,19 @@
-"""Score a prediction file against LETOR feature files, like ``Eval-Score-4.0.pl`` (SPEC §6).
+"""Score a prediction file against LETOR feature files, like ``Eval-Score-4.0.pl``.
 
     python -m rankers.evaluate FEATURE_FILE [FEATURE_FILE ...] PREDICTION_FILE \\
         [--ks 1 3 5 10] [--convention letor|trec] [--short-list zero|ndcg_at_n] [--json OUT.json]
 
-The prediction file holds one score per line, aligned line by line with the concatenation of
-the feature files. Only the label and the qid of each feature line are read (``.gz`` files are
-read through gzip). Lines with the same qid form one query, even when its lines are not
-contiguous, in file order; queries are ordered by first appearance. ``train.py`` calls
-:func:`evaluate_files`, so its ``test_metrics.json`` and this command agree exactly.
+The prediction file holds one score per line, aligned with the rows (data lines) of the
+concatenated feature files. The feature files are read by :mod:`datamodules.reader`, the same
+reader (same rules, same cache) as training, so any file training accepts is evaluated with the
+same rows, labels and query grouping: rows with the same qid form one query, even when they are
+not contiguous, in file order; queries are ordered by first appearance. ``train.py`` scores the
+test split with these functions, so its ``test_metrics.json`` and this command agree exactly.
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import math
 import sys
@@ -22,43 +22,19 @@ from pathlib import Path
 
 import torch
 
+from datamodules.reader import group_queries, read_letor_file
 from rankers.metrics import check_metric_options, letor_metrics, metric_keys
 
 # Queries per letor_metrics call: bounds the padded [chunk, L] float64 work tensors.
 _CHUNK = 512
 
 
-def _open_text(path: Path):
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
-
-
-def read_labels_and_qids(feature_files: Sequence[str | Path]) -> tuple[list[float], list[str]]:
-    """Label and qid of every line of the feature files, in order (the first two tokens).
-
-    A line must start ``<label> qid:<id>`` with a non-negative integer label, as the script's
-    pattern ``^(\\d+) qid:([^\\s]+)`` requires; anything else is an error naming file:line.
-    """
-    labels: list[float] = []
-    qids: list[str] = []
-    for name in feature_files:
-        path = Path(name)
-        with _open_text(path) as handle:
-            for number, line in enumerate(handle, start=1):
-                tokens = line.split(maxsplit=2)
-                if (
-                    len(tokens) < 2
-                    or not (tokens[0].isascii() and tokens[0].isdigit())
-                    or not tokens[1].startswith("qid:")
-                    or len(tokens[1]) == 4
-                ):
-                    raise ValueError(
-                        f"{path}:{number}: bad feature line (expected '<label> qid:<id> ...'): "
-                        f"{line.rstrip()[:80]!r}"
-                    )
-                labels.append(float(tokens[0]))
-                qids.append(tokens[1][4:])
+def read_labels_and_qids(feature_files: Sequence[str | Path]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Label (float64) and qid (int64) of every row of the feature files, in order, as the
+    reader reads them (errors name file:line)."""
+    parts = [read_letor_file(name) for name in feature_files]
+    labels = torch.cat([torch.from_numpy(p.labels.astype("float64")) for p in parts])
+    qids = torch.cat([torch.from_numpy(p.qids.astype("int64")) for p in parts])
     return labels, qids
 
 
@@ -88,7 +64,7 @@ def per_query_metrics(
     ks: Sequence[int] = (1, 3, 5, 10),
     convention: str = "letor",
     short_list: str | None = None,
-) -> tuple[list[str], dict[str, torch.Tensor]]:
+) -> tuple[list[int], dict[str, torch.Tensor]]:
     """The qids in order of first appearance and each key's per-query float64 values [Q]."""
     ks, short_list = check_metric_options(ks, convention, short_list)
     if isinstance(feature_files, (str, Path)):
@@ -98,27 +74,58 @@ def per_query_metrics(
     if len(scores) != len(labels):
         names = ", ".join(str(f) for f in feature_files)
         raise ValueError(
-            f"line count mismatch: feature file(s) {names} have {len(labels)} lines but "
+            f"line count mismatch: feature file(s) {names} have {len(labels)} rows but "
             f"prediction file {prediction_file} has {len(scores)} scores"
         )
-    rows: dict[str, list[int]] = {}  # qid -> its lines in file order; dicts keep first appearance
-    for row, qid in enumerate(qids):
-        rows.setdefault(qid, []).append(row)
-    order = list(rows)
-    all_scores = torch.tensor(scores, dtype=torch.float64)
-    all_labels = torch.tensor(labels, dtype=torch.float64)
+    return per_query_values(
+        torch.tensor(scores, dtype=torch.float64),
+        labels,
+        qids,
+        ks=ks,
+        convention=convention,
+        short_list=short_list,
+    )
+
+
+def per_query_values(
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    qids: torch.Tensor,
+    *,
+    ks: Sequence[int] = (1, 3, 5, 10),
+    convention: str = "letor",
+    short_list: str | None = None,
+) -> tuple[list[int], dict[str, torch.Tensor]]:
+    """Per-query metrics of rows held in memory: ``scores``, ``labels`` [N], ``qids`` [N] int,
+    grouped into queries by the reader's rule (:func:`datamodules.reader.group_queries`)."""
+    ks, short_list = check_metric_options(ks, convention, short_list)
+    scores = torch.as_tensor(scores, dtype=torch.float64).reshape(-1)
+    labels = torch.as_tensor(labels, dtype=torch.float64).reshape(-1)
+    qids = torch.as_tensor(qids, dtype=torch.int64).reshape(-1)
+    n = len(qids)
+    if not (len(scores) == len(labels) == n):
+        raise ValueError(
+            f"scores, labels, qids must have one entry per row, got "
+            f"{len(scores)}, {len(labels)}, {n}"
+        )
+    query_ids, grouped, lengths = group_queries(qids.numpy())
+    rows, counts = torch.from_numpy(grouped), torch.from_numpy(lengths)
+    query = torch.repeat_interleave(torch.arange(len(counts)), counts)  # query of rows[i]
+    starts = torch.cumsum(counts, 0) - counts
     parts: dict[str, list[torch.Tensor]] = {key: [] for key in metric_keys(ks)}
-    for start in range(0, len(order), _CHUNK):
-        chunk = [torch.tensor(rows[qid]) for qid in order[start : start + _CHUNK]]
-        length = max(len(r) for r in chunk)
-        index = torch.zeros(len(chunk), length, dtype=torch.long)
-        mask = torch.zeros(len(chunk), length, dtype=torch.bool)
-        for b, r in enumerate(chunk):
-            index[b, : len(r)] = r
-            mask[b, : len(r)] = True
+    for q0 in range(0, len(counts), _CHUNK):
+        q1 = min(q0 + _CHUNK, len(counts))
+        lo, hi = int(starts[q0]), int(starts[q1 - 1] + counts[q1 - 1])
+        member = query[lo:hi] - q0
+        position = torch.arange(lo, hi) - starts[q0:q1][member]
+        length = int(counts[q0:q1].max())
+        index = torch.zeros(q1 - q0, length, dtype=torch.long)
+        mask = torch.zeros(q1 - q0, length, dtype=torch.bool)
+        index[member, position] = rows[lo:hi]
+        mask[member, position] = True
         values = letor_metrics(
-            all_scores[index],
-            all_labels[index],
+            scores[index],
+            labels[index],
             mask,
             ks=ks,
             convention=convention,
@@ -127,11 +134,11 @@ def per_query_metrics(
         for key, value in values.items():
             parts[key].append(value)
     empty = torch.zeros(0, dtype=torch.float64)
-    return order, {key: torch.cat(v) if v else empty for key, v in parts.items()}
+    return query_ids.tolist(), {key: torch.cat(v) if v else empty for key, v in parts.items()}
 
 
 def dataset_means(values: dict[str, torch.Tensor]) -> dict[str, float]:
-    """Plain means over queries (SPEC §6.10) as Python floats: per-query values summed one by
+    """Plain means over queries (LETOR convention) as Python floats: per-query values summed one by
     one in query order, then divided by the number of queries, so every caller agrees exactly."""
     means = {}
     for key, per_query in values.items():
@@ -154,6 +161,22 @@ def evaluate_files(
     """Dataset means of ``map, mean_ndcg, ndcg@k, p@k`` for a prediction file (Python floats)."""
     _, values = per_query_metrics(
         feature_files, prediction_file, ks=ks, convention=convention, short_list=short_list
+    )
+    return dataset_means(values)
+
+
+def evaluate_arrays(
+    scores,
+    labels,
+    qids,
+    ks: Sequence[int] = (1, 3, 5, 10),
+    convention: str = "letor",
+    short_list: str | None = None,
+) -> dict[str, float]:
+    """:func:`evaluate_files` for rows already in memory (e.g. a DataModule's test split):
+    the same grouping and the same floats, without reading any file."""
+    _, values = per_query_values(
+        scores, labels, qids, ks=ks, convention=convention, short_list=short_list
     )
     return dataset_means(values)
 
@@ -204,12 +227,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             short_list=args.short_list,
         )
         means = dataset_means(values)
+        print(format_table(means, len(qids)))
+        if args.json is not None:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(means, indent=2) + "\n")
     except (ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(format_table(means, len(qids)))
-    if args.json is not None:
-        args.json.write_text(json.dumps(means, indent=2) + "\n")
     return 0
 
 

@@ -1,14 +1,16 @@
 """datamodules/letor.py: layouts, folds, grouping, normalisation, max_list, loaders, cache."""
 
+import gzip
 import logging
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
-from datamodules import reader
+from datamodules import letor_text, reader
 from datamodules.letor import LetorDataModule, MissingLetorFileError, resolve_fold_files
 from datamodules.reader import write_letor
 
@@ -38,16 +40,19 @@ def make_part(seed, first_qid, n_queries=4, n_features=4):
 
 @pytest.fixture
 def s_files(tmp_path):
-    """Five gz S files (S5 has 5 features, the others 4) and folds.tsv."""
+    """Five gz S files of 5 features and folds.tsv; feature 5 is 0 except in S5."""
     root = tmp_path / "sfiles"
     for k in range(1, 6):
-        write_letor(root / f"S{k}.txt.gz", *make_part(k, 100 * k, n_features=5 if k == 5 else 4))
+        features, labels, qids, docids = make_part(k, 100 * k, n_features=5)
+        if k != 5:
+            features[:, 4] = 0.0
+        write_letor(root / f"S{k}.txt.gz", features, labels, qids, docids)
     (root / "folds.tsv").write_text(FOLDS_TSV)
     return root
 
 
 def concatenate(paths, out):
-    text = b"".join(reader._decompress(p.read_bytes()) for p in paths)
+    text = b"".join(gzip.decompress(p.read_bytes()) for p in paths)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(text)
 
@@ -86,14 +91,43 @@ def test_both_layouts_give_the_same_splits(s_files, tmp_path, fold):
     assert prefixes == expected
 
 
-def test_n_features_is_the_max_over_all_files_and_loads_lazily(s_files):
+def test_n_features_is_the_max_over_the_training_files_and_loads_lazily(s_files):
     dm = module(s_files)
     assert dm._splits is None
-    assert dm.n_features == 5  # only S5 (fold 1 test) has feature 5
+    assert dm.n_features == 5
     batch = next(iter(dm.train_dataloader()))
     assert batch["features"].shape[-1] == 5
     assert (dm.split_data("train").features[:, 4] == dm.split_data("train").features[0, 4]).all()
     assert dm.label_levels == (0.0, 1.0, 2.0)
+
+
+def unseen_fold(tmp_path, test_columns):
+    """Train/vali with features 1..3 (2 never written in train); test writes ``test_columns``."""
+    root = tmp_path / "unseen"
+    (root / "Fold1").mkdir(parents=True)
+    (root / "Fold1" / "train.txt").write_text("1 qid:1 1:1 3:1\n0 qid:1 1:2 3:5\n")
+    (root / "Fold1" / "vali.txt").write_text("1 qid:2 1:1 3:1\n0 qid:2 1:3\n")
+    line = " ".join(f"{j}:7" for j in test_columns)
+    (root / "Fold1" / "test.txt").write_text(f"1 qid:3 {line}\n0 qid:3 1:1\n")
+    return root
+
+
+@pytest.mark.parametrize("columns, named", [([1, 4], "feature 4"), ([1, 2, 3], "feature 2")])
+def test_a_feature_absent_from_training_is_an_error_naming_file_and_feature(
+    tmp_path, columns, named
+):
+    with pytest.raises(ValueError, match=rf"Fold1/test.txt: {named} occurs in no training file"):
+        _ = module(unseen_fold(tmp_path, columns)).n_features
+
+
+def test_unseen_features_drop_zeroes_them_and_logs_the_count(tmp_path, caplog):
+    root = unseen_fold(tmp_path, [1, 2, 3, 4, 5])
+    with caplog.at_level(logging.WARNING, logger="datamodules.letor"):
+        dm = module(root, unseen_features="drop", normalization="none")
+        assert dm.n_features == 3
+    assert "test.txt: dropped 3 feature(s) that occur in no training file (2, 4, 5)" in caplog.text
+    np.testing.assert_array_equal(dm.split_data("test").features, [[7, 0, 7], [1, 0, 0]])
+    np.testing.assert_array_equal(dm.split_data("train").features, [[1, 0, 1], [2, 0, 5]])
 
 
 def test_plain_text_fold_layout_and_gz(tmp_path):
@@ -160,10 +194,12 @@ def test_noncontiguous_qids_form_one_query_in_file_order(tmp_path, caplog):
     torch.testing.assert_close(batch["features"][0, 2], torch.tensor([8.0, 9.0]))
 
 
-def test_normalization_none_keeps_values(s_files):
+def test_normalization_none_keeps_float32_values_memory_mapped(s_files):
     dm = module(s_files, normalization="none")
     raw = reader.read_letor_file(s_files / "S5.txt.gz", cache_dir=s_files.parent / "c")
-    np.testing.assert_allclose(dm.split_data("test").features, raw.features.toarray(), rtol=1e-6)
+    test = dm.split_data("test").features
+    assert test.dtype == np.float32 and isinstance(test, np.memmap)
+    np.testing.assert_array_equal(test, raw.features)
 
 
 def test_zscore_is_fitted_on_train_only(s_files):
@@ -310,25 +346,119 @@ def test_setup_is_idempotent(s_files):
     assert dm._splits is splits
 
 
-def test_second_module_loads_from_cache(s_files, monkeypatch):
+def test_a_warm_module_parses_nothing_and_normalises_nothing(s_files, monkeypatch):
     first = module(s_files)
     first.setup()
 
-    def no_parsing(*args, **kwargs):
-        raise AssertionError("the parser must not run on a cache hit")
+    def no_work(*args, **kwargs):
+        raise AssertionError("a warm start must not parse or normalise")
 
-    monkeypatch.setattr(reader, "load_svmlight_file", no_parsing)
+    monkeypatch.setattr(letor_text, "scan", no_work)
+    monkeypatch.setattr(LetorDataModule, "_copy_features", no_work)
     second = module(s_files)
     second.setup()
-    np.testing.assert_array_equal(
-        first.split_data("train").features, second.split_data("train").features
-    )
+    for split in ("train", "val", "test"):
+        features = second.split_data(split).features
+        assert isinstance(features, np.memmap) and features.dtype == np.float32
+        np.testing.assert_array_equal(first.split_data(split).features, features)
+    np.testing.assert_array_equal(first.feature_mean, second.feature_mean)
+    np.testing.assert_array_equal(first.feature_std, second.feature_std)
+    other = module(s_files, normalization="query_minmax")  # another normalisation: new entry
+    with pytest.raises(AssertionError, match="warm start"):
+        other.setup()
+
+
+def test_file_sha256_comes_from_the_cache(s_files, monkeypatch):
+    import hashlib
+
+    dm = module(s_files)
+    expected = [hashlib.sha256(p.read_bytes()).hexdigest() for p in dm.split_files("train")]
+    dm.setup()
+    monkeypatch.setattr(reader, "_file_sha256", no_rehash)
+    assert dm.file_sha256("train") == expected
+
+
+def no_rehash(path):
+    raise AssertionError("file_sha256 must not read the files")
+
+
+def test_a_split_entry_whose_shape_disagrees_is_rebuilt_with_a_warning(s_files, caplog):
+    module(s_files).setup()
+    splits = s_files.parent / "cache" / "letor" / "splits"
+    for entry in splits.iterdir():
+        np.save(entry / "features.npy", np.zeros((2, 5), np.float32))
+    with caplog.at_level(logging.WARNING):
+        dm = module(s_files)
+        dm.setup()
+    assert "disagrees with its metadata (features)" in caplog.text
+    assert dm.split_data("test").features.shape == (dm.num_rows("test"), 5)
 
 
 def test_default_cache_dir_from_environment(s_files, tmp_path, monkeypatch):
     monkeypatch.setenv("DIFFERANK_CACHE", str(tmp_path / "envcache"))
     LetorDataModule(s_files).setup()
-    assert list((tmp_path / "envcache" / "letor").glob("*.npz"))
+    assert len(list((tmp_path / "envcache" / "letor").glob("*/meta.json"))) == 5
+    assert len(list((tmp_path / "envcache" / "letor" / "splits").glob("*/features.npy"))) == 3
+
+
+def test_both_layouts_in_one_directory_is_an_error(s_files):
+    write_letor(s_files / "Fold1" / "train.txt", *make_part(1, 1))
+    with pytest.raises(ValueError, match="holds both LETOR layouts"):
+        module(s_files).setup()
+
+
+def test_txt_next_to_txt_gz_is_an_error(s_files):
+    write_letor(s_files / "S4.txt", *make_part(4, 400, n_features=5))
+    with pytest.raises(ValueError, match=r"ambiguous LETOR file: both .*S4\.txt and .*S4\.txt\.gz"):
+        module(s_files).setup()
+
+
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        ("Fold1\tS1,S2,S5\tS4\tS5", "S5.txt.gz is used in train and in test"),
+        ("Fold1\tS1,S2,S3\tS4\tS4", "S4.txt.gz is used in val and in test"),
+        ("Fold1\tS1,S1,S3\tS4\tS5", "S1.txt.gz is used twice in train"),
+        ("Fold1\tS1,S2,S3\t,\tS5", "folds.tsv:2: the val column names no file"),
+        ("Fold1\tS1,S2,S3\tS5", "folds.tsv:2: expected 4 columns"),
+    ],
+)
+def test_folds_tsv_mistakes_are_errors(s_files, row, message):
+    (s_files / "folds.tsv").write_text(f"fold\ttrain\tvali\ttest\n{row}\n")
+    with pytest.raises(ValueError, match=message):
+        module(s_files).setup()
+
+
+def test_a_training_split_without_preference_pairs_warns(tmp_path, caplog):
+    root = tmp_path / "data"
+    for name in ("train.txt", "vali.txt", "test.txt"):
+        write_letor(root / "Fold1" / name, np.ones((4, 2)), [1, 1, 0, 0], [1, 1, 2, 2])
+    with caplog.at_level(logging.WARNING, logger="datamodules.letor"):
+        module(root).setup()
+    assert "has no preference pair" in caplog.text
+
+
+def test_max_epochs_zero_is_refused_at_setup(s_files):
+    dm = module(s_files)
+    dm.trainer = SimpleNamespace(max_epochs=0)
+    with pytest.raises(ValueError, match="trainer.max_epochs=0 trains nothing"):
+        dm.setup("fit")
+    dm.setup("test")  # evaluating is fine
+
+
+def test_value_rules_fail_at_setup_with_file_and_line(tmp_path):
+    root = tmp_path / "data"
+    write_letor(root / "Fold1" / "train.txt", *make_part(1, 1))
+    write_letor(root / "Fold1" / "vali.txt", *make_part(2, 50))
+    (root / "Fold1" / "test.txt").write_text("0 qid:1 1:0.5\n1 qid:1 1:nan\n3 qid:1 1:NULL\n")
+    with pytest.raises(ValueError, match=r"Fold1/test\.txt:3: feature 1 is NULL"):
+        module(root).setup()
+    with pytest.raises(ValueError, match=r"Fold1/test\.txt:2: feature 1 is not finite"):
+        module(root, null_value=0.0).setup()
+    with pytest.raises(ValueError, match=r"Fold1/test\.txt:3: label 3 outside label_range"):
+        module(root, null_value=0.0, nan_policy="zero", label_range=(0, 2)).setup()
+    dm = module(root, null_value=-1.0, nan_policy="zero", normalization="none")
+    np.testing.assert_array_equal(dm.split_data("test").features[:, 0], [0.5, 0.0, -1.0])
 
 
 @pytest.mark.parametrize(
@@ -347,6 +477,8 @@ def test_default_cache_dir_from_environment(s_files, tmp_path, monkeypatch):
         ({"label_range": (3, 1)}, "label_range"),
         ({"drop_train_queries_without_pairs": 1}, "drop_train_queries_without_pairs"),
         ({"cache_dir": 3}, "cache_dir must be a path"),
+        ({"unseen_features": "keep"}, "unseen_features must be one of"),
+        ({"verify_cache_hash": "no"}, "verify_cache_hash must be True or False"),
         ({"num_workers": -1}, "num_workers must be >= 0"),
         ({"seed": True}, "seed must be an int"),
         ({"root": None}, "root must be the path"),

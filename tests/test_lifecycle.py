@@ -96,7 +96,7 @@ def test_checkpoints_load_with_weights_only_and_carry_the_run(uninterrupted):
         assert {"state_dict", "optimizer_states", "callbacks", "loops"} <= set(checkpoint)
         record = checkpoint["differank"]
         assert record["config"]["data"]["n_train_queries"] == 40  # resolved, with overrides
-        assert record["config"]["model"]["optimizer"]["lr"] == 0.1
+        assert record["config"]["model"]["optimizer"]["lr"] == 0.01
         data = record["data"]
         assert (data["n_features"], data["normalization"], len(data["feature_mean"])) == (
             46,
@@ -148,7 +148,7 @@ def test_restore_applies_keys_and_deletions_and_tolerates_old_checkpoints(uninte
     cfg = compose_run(["task=test", "ckpt_path=x", "data.fold=1", "~data.num_workers"], ROOT)
     restored = restore_run(cfg, best, "x")
     assert restored.data.n_train_queries == 40 and "num_workers" not in restored.data
-    assert restored.model.optimizer.lr == 0.1 and restored.data.fold == 1
+    assert restored.model.optimizer.lr == 0.01 and restored.data.fold == 1
     assert restore_run(cfg, {"state_dict": {}}, "old.ckpt") is cfg
     assert "old.ckpt carries no run config" in caplog.text
 

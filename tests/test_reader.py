@@ -1,28 +1,29 @@
-"""datamodules/reader.py: parsing, doc ids, .gz, validation errors (file:line), cache, writer."""
+"""datamodules/reader.py: the format rules, errors (file:line), value rules, gzip, the cache."""
 
 import gzip
+import logging
 import math
+import os
 
 import numpy as np
 import pytest
 
-from datamodules import reader
-from datamodules.reader import read_letor_file, write_letor
+from datamodules import letor_text, reader
+from datamodules.reader import check_read_options, read_letor_file, write_letor
 
 GOOD = b"""2 qid:7 1:0.5 2:1.0 3:0.25 #docid = GX-1 inc = 1 prob = 0.5
 0 qid:7 1:0.1 3:0.75 #just a comment
 
-# a comment-only line
-1 qid:8 1:0.0 2:2.0 3:1.0
+   # a comment-only line
+1\tqid:8\t1:0.0 2:2.0 3:1.0
 """
+GOOD_FEATURES = np.float32([[0.5, 1.0, 0.25], [0.1, 0.0, 0.75], [0.0, 2.0, 1.0]])
 
 
-def write(tmp_path, text: bytes, name="part.txt"):
+def write(tmp_path, text: bytes, name="part.txt", compress=None):
     path = tmp_path / name
-    if name.endswith(".gz"):
-        path.write_bytes(gzip.compress(text))
-    else:
-        path.write_bytes(text)
+    compress = name.endswith(".gz") if compress is None else compress
+    path.write_bytes(gzip.compress(text) if compress else text)
     return path
 
 
@@ -31,66 +32,162 @@ def read(path, **options):
     return read_letor_file(path, **options)
 
 
+def check(parsed, **options):
+    defaults = {"nan_policy": "error", "null_value": None, "label_range": None}
+    parsed.check_values(**{**defaults, **options})
+    return parsed
+
+
+def dense(parsed, nan_policy="error", null_value=None):
+    out = np.zeros(parsed.features.shape, np.float32)
+    parsed.copy_rows(out, 0, parsed.num_rows, nan_policy=nan_policy, null_value=null_value)
+    return out
+
+
 def test_parses_rows_labels_qids_docids_and_line_numbers(tmp_path):
     parsed = read(write(tmp_path, GOOD))
-    np.testing.assert_array_equal(
-        parsed.features.toarray(), [[0.5, 1.0, 0.25], [0.1, 0.0, 0.75], [0.0, 2.0, 1.0]]
-    )
+    assert parsed.features.dtype == np.float32
+    np.testing.assert_array_equal(parsed.features, GOOD_FEATURES)
     np.testing.assert_array_equal(parsed.labels, [2, 0, 1])
     np.testing.assert_array_equal(parsed.qids, [7, 7, 8])
     assert parsed.docids.tolist() == ["GX-1", "just a comment", ""]
     np.testing.assert_array_equal(parsed.line_numbers, [1, 2, 5])
+    np.testing.assert_array_equal(parsed.present, [True, True, True])
     assert parsed.max_feature_index == 3 and parsed.num_rows == 3
 
 
-def test_gz_is_read_transparently(tmp_path):
+def test_gzip_is_detected_by_magic_bytes_not_by_name(tmp_path):
     plain = read(write(tmp_path, GOOD))
-    packed = read(write(tmp_path, GOOD, "part.txt.gz"))
-    np.testing.assert_array_equal(plain.features.toarray(), packed.features.toarray())
-    assert plain.docids.tolist() == packed.docids.tolist()
+    packed = read(write(tmp_path, GOOD, "packed.txt", compress=True))
+    named = read(write(tmp_path, GOOD, "plain.txt.gz", compress=False))
+    for other in (packed, named):
+        np.testing.assert_array_equal(plain.features, other.features)
+        assert plain.docids.tolist() == other.docids.tolist()
 
 
-def test_crlf_line_endings(tmp_path):
-    parsed = read(write(tmp_path, GOOD.replace(b"\n", b"\r\n")))
+def test_concatenated_gzip_members(tmp_path):
+    path = tmp_path / "two.txt.gz"
+    path.write_bytes(gzip.compress(GOOD) + gzip.compress(b"0 qid:9 2:1\n"))
+    assert read(path).qids.tolist() == [7, 7, 8, 9]
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda raw: raw[: len(raw) // 2], "truncated gzip"),
+        (lambda raw: raw[:12] + bytes(b ^ 0x55 for b in raw[12:40]) + raw[40:], "corrupt gzip"),
+        (lambda raw: raw + b"trailing junk", "corrupt gzip"),
+    ],
+)
+def test_damaged_gzip_names_the_file(tmp_path, damage, message):
+    path = tmp_path / "bad.txt.gz"
+    path.write_bytes(damage(gzip.compress(GOOD * 50)))
+    with pytest.raises(ValueError, match=f"bad.txt.gz: {message}"):
+        read(path)
+
+
+@pytest.mark.parametrize("ending", [b"\n", b"\r\n", b"\r"])
+def test_line_endings_lf_crlf_and_cr_are_one_line_end_each(tmp_path, ending):
+    parsed = read(write(tmp_path, GOOD.replace(b"\n", ending)))
+    np.testing.assert_array_equal(parsed.features, GOOD_FEATURES)
+    np.testing.assert_array_equal(parsed.line_numbers, [1, 2, 5])
     assert parsed.docids.tolist() == ["GX-1", "just a comment", ""]
-    assert parsed.features.shape == (3, 3)
+
+
+def test_a_stray_cr_after_a_comment_ends_that_line_only(tmp_path):
+    text = b"1 qid:1 1:1 #doc a\r\n0 qid:1 1:2 #doc b\r0 qid:2 1:3\n"
+    parsed = read(write(tmp_path, text))
+    np.testing.assert_array_equal(parsed.line_numbers, [1, 2, 3])
+    np.testing.assert_array_equal(parsed.features[:, 0], [1, 2, 3])
+
+
+def test_no_final_line_end_and_trailing_blank_lines(tmp_path):
+    assert read(write(tmp_path, b"1 qid:1 1:1\n0 qid:1 1:2")).num_rows == 2
+    assert read(write(tmp_path, b"1 qid:1 1:1\n\n  \n\t\n", "b.txt")).num_rows == 1
+
+
+def test_a_data_line_without_features_is_a_row_of_zeros(tmp_path):
+    parsed = read(write(tmp_path, b"1 qid:1 2:5\n0 qid:1\n0 qid:1 # only a comment\n"))
+    np.testing.assert_array_equal(parsed.features, [[0, 5], [0, 0], [0, 0]])
 
 
 HEAD = b"1 qid:1 1:0.5 2:0.5\n"
 BAD_INPUTS = {
-    "no_qid": (HEAD + b"0 1:0.3 2:0.1\n", 2, "no 'qid:'"),
-    "bad_value": (HEAD + HEAD + b"0 qid:1 1:abc 2:0.1\n", 3, "is not a number"),
-    "bad_label": (HEAD + b"x qid:1 1:0.3\n", 2, "label 'x' is not a number"),
-    "bad_qid": (HEAD + b"1 qid:q1 1:0.3\n", 2, "qid 'q1' is not an integer"),
-    "index_zero": (HEAD + b"1 qid:1 0:0.3\n", 2, "start at 1"),
-    "unsorted": (HEAD + b"1 qid:1 2:0.3 1:0.3\n", 2, "increasing"),
-    "no_colon": (HEAD + b"1 qid:1 2 0.3\n", 2, "index:value"),
-    "nan_feature": (HEAD + b"1 qid:1 1:0.3 2:nan\n", 2, "feature 2 is nan"),
-    "inf_feature": (HEAD + HEAD + b"1 qid:1 1:inf\n", 3, "feature 1 is inf"),
-    "nan_label": (HEAD + b"nan qid:1 1:0.3\n", 2, "not finite"),
-    "negative_label": (HEAD + b"-1 qid:1 1:0.3\n", 2, "label -1 labels must be >= 0"),
-    "null": (HEAD + b"1 qid:1 1:NULL 2:0.1\n", 2, "has NULL; set null_value="),
+    "no_qid": (HEAD + b"0 1:0.3 2:0.1\n", 2, "expected 'qid:<integer>' after the label"),
+    "bad_value": (HEAD + HEAD + b"0 qid:1 1:abc 2:0.1\n", 3, "value in '1:abc' is not a number"),
+    "empty_value": (HEAD + b"0 qid:1 1: 2:0.1\n", 2, "value in '1:' is not a number"),
+    "bad_label": (HEAD + b"x qid:1 1:0.3\n", 2, "label 'x' is not an integer 0..31"),
+    "decimal_label": (HEAD + b"1.5 qid:1 1:0.3\n", 2, "label '1.5' is not an integer"),
+    "plus_label": (HEAD + b"+1 qid:1 1:0.3\n", 2, "label '+1' is not an integer"),
+    "exp_label": (HEAD + b"1e0 qid:1 1:0.3\n", 2, "label '1e0' is not an integer"),
+    "negative_label": (HEAD + b"-1 qid:1 1:0.3\n", 2, "label '-1' is not an integer"),
+    "nan_label": (HEAD + b"nan qid:1 1:0.3\n", 2, "label 'nan' is not an integer"),
+    "huge_label": (HEAD + b"1024 qid:1 1:0.3\n", 2, "label 1024 is larger than 31"),
+    "label_32": (HEAD + b"32 qid:1 1:0.3\n", 2, "label 32 is larger than 31"),
+    "bad_qid": (HEAD + b"1 qid:q1 1:0.3\n", 2, "'qid:q1': a qid is a decimal integer"),
+    "empty_qid": (HEAD + b"1 qid: 1:0.3\n", 2, "'qid:': a qid is"),
+    "leading_zero_qid": (HEAD + b"1 qid:0201 1:0.3\n", 2, "without leading zeros"),
+    "huge_qid": (HEAD + b"1 qid:9223372036854775808 1:0.3\n", 2, "at most 18 digits"),
+    "index_zero": (HEAD + b"1 qid:1 0:0.3\n", 2, "index in '0:0.3' is not an integer >= 1"),
+    "index_word": (HEAD + b"1 qid:1 a:0.3\n", 2, "index in 'a:0.3' is not an integer >= 1"),
+    "unsorted": (HEAD + b"1 qid:1 2:0.3 1:0.3\n", 2, "'1:0.3' does not increase"),
+    "duplicate": (HEAD + b"1 qid:1 2:0.3 2:0.3\n", 2, "'2:0.3' does not increase"),
+    "no_colon": (HEAD + b"1 qid:1 2 0.3\n", 2, "feature '2' is not of the form index:value"),
+    "control_char": (HEAD + b"1 qid:1 1:0.3\x0b\n", 2, r"value in '1:0.3\x0b' is not a number"),
+    "value_junk": (HEAD + b"1 qid:1 1:0.3x\n", 2, "value in '1:0.3x' is not a number"),
+    "cr_split_line": (HEAD + b"1 qid:1 1:0.3\r2:0.1\n", 3, "label '2:0.1' is not an integer"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(BAD_INPUTS))
-def test_bad_input_names_file_and_line(tmp_path, case):
+def test_bad_input_names_file_line_and_token(tmp_path, case):
     text, line, message = BAD_INPUTS[case]
     path = write(tmp_path, text, f"{case}.txt")
-    with pytest.raises(ValueError, match=f"{case}.txt:{line}") as info:
+    with pytest.raises(ValueError, match=f"{case}.txt:{line}: ") as info:
         read(path)
     assert message in str(info.value)
 
 
-def test_label_outside_declared_range(tmp_path):
-    path = write(tmp_path, HEAD + HEAD + b"3 qid:2 1:0.1\n")
-    with pytest.raises(ValueError, match=r"part.txt:3: label 3 outside label_range \(0.0, 2.0\)"):
-        read(path, label_range=(0, 2))
-    assert read(path, label_range=[0, 3]).labels.max() == 3
-    assert read(path, label_range=(-5, 5)).num_rows == 3
+def test_error_line_is_counted_across_chunks_and_threads(tmp_path, monkeypatch):
+    monkeypatch.setattr(reader, "_CHUNK", 64)
+    lines = [b"%d qid:%d 1:%d.5 2:7 # doc %d" % (i % 3, i // 4, i, i) for i in range(300)]
+    text = b"\r\n".join(lines) + b"\r\n"
+    parsed = read(write(tmp_path, text))
+    np.testing.assert_array_equal(parsed.line_numbers, np.arange(1, 301))
+    np.testing.assert_array_equal(parsed.features[:, 0], np.arange(300) + 0.5)
+    assert parsed.docids[299] == "doc 299"
+    lines[237] = b"1 qid:3 1:oops"
+    with pytest.raises(ValueError, match=r"broken.txt:238: feature value in '1:oops'"):
+        read(write(tmp_path, b"\n".join(lines), "broken.txt"))
 
 
-@pytest.mark.parametrize("text", [b"", b"\n\n", b"# only a comment\n   \n"])
+@pytest.mark.parametrize(
+    "changed, line",
+    [
+        (GOOD + b"0 qid:9 1:1\n", 6),  # one more row
+        (GOOD.replace(b"3:1.0\n", b"3:1.0 4:1\n"), 5),  # a wider row
+        (GOOD.replace(b"3:1.0\n", b"3:NULL\n"), 5),  # a NULL more
+    ],
+)
+def test_a_file_that_changes_between_the_two_passes_is_an_error(
+    tmp_path, monkeypatch, changed, line
+):
+    """What the counting pass did not see is never written past the arrays' ends."""
+    path = write(tmp_path, GOOD)
+    real, calls = reader._chunks, []
+
+    def changing(p, hasher=None):
+        calls.append(p)
+        if len(calls) == 2:  # the filling pass
+            p.write_bytes(changed)
+        yield from real(p, hasher)
+
+    monkeypatch.setattr(reader, "_chunks", changing)
+    with pytest.raises(ValueError, match=f"part.txt:{line}: the file changed while it was read"):
+        read(path)
+
+
+@pytest.mark.parametrize("text", [b"", b"\n\n", b"# only a comment\n   \n", b"\r\r\r"])
 def test_empty_file(tmp_path, text):
     with pytest.raises(ValueError, match="empty.txt: empty file"):
         read(write(tmp_path, text, "empty.txt"))
@@ -101,23 +198,43 @@ def test_missing_file(tmp_path):
         read(tmp_path / "nothere.txt")
 
 
-def test_nan_policy_allow_and_zero(tmp_path):
-    path = write(tmp_path, HEAD + b"1 qid:1 1:nan 2:-inf\n")
-    allowed = read(path, nan_policy="allow").features.toarray()
-    assert math.isnan(allowed[1, 0]) and allowed[1, 1] == -math.inf
-    np.testing.assert_array_equal(read(path, nan_policy="zero").features.toarray()[1], [0, 0])
+def test_value_syntax(tmp_path):
+    text = b"0 qid:1 1:3 2:-0.5 3:.5 4:1e-3 5:+2E2 6:1.0e+1 7:-0 8:12345678901234567890\n"
+    parsed = read(write(tmp_path, text))
+    expected = [3, -0.5, 0.5, 1e-3, 200, 10, 0, 12345678901234567890]
+    np.testing.assert_array_equal(parsed.features[0], np.float32(expected))
 
 
-def test_null_value_replaces_null_tokens_but_not_comments(tmp_path):
-    path = write(tmp_path, HEAD + b"1 qid:1 1:NULL 2:0.1 #docid = NULL-doc note:NULL\n")
-    parsed = read(path, null_value=-1.0)
-    np.testing.assert_array_equal(parsed.features.toarray()[1], [-1.0, 0.1])
+def test_non_finite_values_follow_nan_policy(tmp_path):
+    path = write(tmp_path, HEAD + b"1 qid:1 1:nan 2:-INF\n0 qid:1 1:Infinity\n")
+    parsed = read(path)
+    with pytest.raises(ValueError, match="part.txt:2: feature 1 is not finite"):
+        check(parsed)
+    check(parsed, nan_policy="allow")
+    allowed = dense(parsed, nan_policy="allow")
+    assert math.isnan(allowed[1, 0]) and allowed[1, 1] == -math.inf and allowed[2, 0] == math.inf
+    np.testing.assert_array_equal(dense(parsed, nan_policy="zero")[1:], [[0, 0], [0, 0]])
+
+
+def test_null_needs_null_value_and_is_replaced_by_it(tmp_path):
+    path = write(tmp_path, HEAD + b"1 qid:1 1:0.1 2:NULL #docid = NULL-doc note:NULL\n")
+    parsed = read(path)
+    with pytest.raises(ValueError, match="part.txt:2: feature 2 is NULL; set null_value"):
+        check(parsed)
+    check(parsed, null_value=-1.0)
+    np.testing.assert_array_equal(dense(parsed, null_value=-1.0)[1], np.float32([0.1, -1.0]))
     assert parsed.docids[1] == "NULL-doc"
-    # NULL in a comment only is not an error, even without null_value
-    only_comment = write(tmp_path, HEAD + b"1 qid:1 1:0.2 #docid = x y:NULL\n", "c.txt")
-    assert read(only_comment).num_rows == 2
-    nan_null = read(path, null_value=float("nan"), nan_policy="allow").features.toarray()
-    assert math.isnan(nan_null[1, 0])
+    only_comment = read(write(tmp_path, HEAD + b"1 qid:1 1:0.2 #docid = x y:NULL\n", "c.txt"))
+    check(only_comment)
+    nan_null = dense(parsed, nan_policy="allow", null_value=float("nan"))
+    assert math.isnan(nan_null[1, 1])
+
+
+def test_label_range_narrows_the_labels(tmp_path):
+    parsed = read(write(tmp_path, HEAD + HEAD + b"3 qid:2 1:0.1\n"))
+    with pytest.raises(ValueError, match=r"part.txt:3: label 3 outside label_range \(0.0, 2.0\)"):
+        check(parsed, label_range=(0.0, 2.0))
+    check(parsed, label_range=(0.0, 3.0))
 
 
 @pytest.mark.parametrize(
@@ -131,38 +248,75 @@ def test_null_value_replaces_null_tokens_but_not_comments(tmp_path):
         ({"label_range": (0, 1, 2)}, "pair"),
     ],
 )
-def test_bad_options(tmp_path, options, message):
+def test_bad_options(options, message):
+    arguments = {"nan_policy": "error", "null_value": None, "label_range": None, **options}
     with pytest.raises(ValueError, match=message):
-        read(write(tmp_path, GOOD), **options)
+        check_read_options(**arguments)
 
 
-def test_second_read_hits_the_cache_and_skips_the_parser(tmp_path, monkeypatch):
+def test_a_dense_matrix_that_cannot_fit_is_refused_with_its_size(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "sysconf", lambda name: 1 if name == "SC_PAGE_SIZE" else 1000)
+    with pytest.raises(ValueError, match=r"wide.txt: 2 rows x 2000 features need 0.0 GiB"):
+        read(write(tmp_path, b"1 qid:1 2000:1\n0 qid:1 1:1\n", "wide.txt"))
+
+
+def no_parsing(*args, **kwargs):
+    raise AssertionError("the parser must not run on a cache hit")
+
+
+def test_cache_is_memory_mapped_and_skips_the_parser(tmp_path, monkeypatch):
     path = write(tmp_path, GOOD)
     first = read(path)
-    assert list((tmp_path / "cache" / "letor").glob("*.npz"))
-
-    def no_parsing(*args, **kwargs):
-        raise AssertionError("the parser must not run on a cache hit")
-
-    monkeypatch.setattr(reader, "load_svmlight_file", no_parsing)
-    monkeypatch.setattr(reader, "_scan_rows", no_parsing)
+    assert isinstance(first.features, np.memmap)
+    monkeypatch.setattr(letor_text, "scan", no_parsing)
     second = read(path)
-    np.testing.assert_array_equal(first.features.toarray(), second.features.toarray())
+    np.testing.assert_array_equal(first.features, second.features)
     np.testing.assert_array_equal(first.line_numbers, second.line_numbers)
     assert first.docids.tolist() == second.docids.tolist()
-    # validation still runs on cached arrays (options are not part of what is cached)
-    with pytest.raises(ValueError, match="part.txt:1: label 2 outside"):
-        read(path, label_range=(0, 1))
-    # changed bytes -> a different key -> parsed again
-    path.write_bytes(GOOD + b"0 qid:9 1:1\n")
+    path.write_bytes(GOOD + b"0 qid:9 1:1\n")  # new bytes (size changes): parsed again
     with pytest.raises(AssertionError, match="parser must not run"):
         read(path)
 
 
-def test_cache_key_includes_null_value(tmp_path, monkeypatch):
-    path = write(tmp_path, HEAD + b"1 qid:1 1:NULL\n")
-    assert read(path, null_value=0.0).features[1, 0] == 0.0
-    assert read(path, null_value=5.0).features[1, 0] == 5.0
+def test_same_content_with_a_new_mtime_is_rehashed_not_reparsed(tmp_path, monkeypatch):
+    path = write(tmp_path, GOOD)
+    read(path)
+    os.utime(path, ns=(1, 1))
+    hashed = []
+    real_hash = reader._file_sha256
+    monkeypatch.setattr(reader, "_file_sha256", lambda p: hashed.append(p) or real_hash(p))
+    monkeypatch.setattr(letor_text, "scan", no_parsing)
+    assert read(path).num_rows == 3 and len(hashed) == 1
+    assert read(path).num_rows == 3 and len(hashed) == 1  # stat stored again: no re-hash
+    assert read(path, verify_hash=True).num_rows == 3 and len(hashed) == 2
+    path.write_bytes(GOOD.replace(b"0.5", b"0.6"))  # same size, new content
+    os.utime(path, ns=(1, 1))  # ... and the old mtime: only verify_hash notices
+    assert read(path).features[0, 0] == 0.5
+    with pytest.raises(AssertionError, match="parser must not run"):
+        read(path, verify_hash=True)
+
+
+def test_an_entry_whose_arrays_disagree_is_reparsed_with_a_warning(tmp_path, caplog):
+    path = write(tmp_path, GOOD)
+    read(path)
+    (entry,) = [p for p in (tmp_path / "cache" / "letor").iterdir() if not p.name.startswith(".")]
+    np.save(entry / "labels.npy", np.zeros(2, np.uint8))  # 2 labels for 3 rows
+    with caplog.at_level(logging.WARNING):
+        parsed = read(path)
+    assert "disagrees with its metadata (labels)" in caplog.text
+    np.testing.assert_array_equal(parsed.labels, [2, 0, 1])
+    (entry / "meta.json").write_text("{not json")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert read(path).num_rows == 3
+    assert "unreadable" in caplog.text
+
+
+def test_unwritable_cache_parses_in_memory(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    parsed = read(write(tmp_path, GOOD), cache_dir=blocker)
+    np.testing.assert_array_equal(parsed.features, GOOD_FEATURES)
 
 
 def test_write_letor_round_trips_float32_exactly(tmp_path):
@@ -173,7 +327,7 @@ def test_write_letor_round_trips_float32_exactly(tmp_path):
     for name in ("w.txt", "w.txt.gz"):
         path = write_letor(tmp_path / name, features, labels, qids, [f"d{i}" for i in range(6)])
         parsed = read(path)
-        np.testing.assert_array_equal(parsed.features.toarray().astype(np.float32), features)
+        np.testing.assert_array_equal(parsed.features, features)
         np.testing.assert_array_equal(parsed.labels, labels)
         np.testing.assert_array_equal(parsed.qids, qids)
         assert parsed.docids.tolist() == [f"d{i}" for i in range(6)]
@@ -182,3 +336,23 @@ def test_write_letor_round_trips_float32_exactly(tmp_path):
     assert (tmp_path / "w.txt.gz").read_bytes() == gz  # reproducible bytes
     with pytest.raises(ValueError, match="must agree"):
         write_letor(tmp_path / "x.txt", features, labels[:3], qids)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs Linux /proc")
+def test_release_pages_drops_read_features_from_this_process_memory(tmp_path):
+    rows = b"".join(
+        b"%d qid:%d " % (i % 3, i // 9)
+        + b" ".join(b"%d:%d.25" % (j, i) for j in range(1, 257))
+        + b"\n"
+        for i in range(1000)
+    )
+    parsed = read(write(tmp_path, rows))  # 1000 x 256 float32: 1 MiB of features
+
+    def resident():
+        return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    total = float(parsed.features.sum(dtype=np.float64))
+    before = resident()
+    parsed.release_pages()
+    assert before - resident() > 2**19
+    assert float(parsed.features.sum(dtype=np.float64)) == total  # mapped again on access

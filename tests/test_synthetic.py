@@ -65,7 +65,7 @@ def test_files_are_real_letor_text(default_data):
     parsed = reader.read_letor_file(files[2], cache_dir=files[2].parents[2] / "other")
     assert parsed.num_rows == dm.num_rows("test")
     assert dm.docids("test")[0] == parsed.docids[0] == f"SYN-{parsed.qids[0]}-0"
-    assert (parsed.features.toarray() >= 0).all() and (parsed.features.toarray() <= 1).all()
+    assert (parsed.features >= 0).all() and (parsed.features <= 1).all()
 
 
 def test_linear_model_beats_random(default_data):
