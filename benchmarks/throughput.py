@@ -99,12 +99,21 @@ VARIANTS = [
         complexity="O(L²)",
     ),
     Variant(
-        "cone (all pairs)",
+        "cone (all pairs, fista: previous default)",
+        "losses.cone",
+        "ConeLoss",
+        {"solver": "fista"},
+        ranker="conerank",
+        dense=True,
+        complexity="O(L²·(F + K·T))",
+    ),
+    Variant(
+        "cone (all pairs, active set)",
         "losses.cone",
         "ConeLoss",
         ranker="conerank",
         dense=True,
-        complexity="O(L²·F·K)",
+        complexity="O(L²·K²)",
     ),
     Variant(
         "cone (256 pairs/query)",
@@ -112,7 +121,7 @@ VARIANTS = [
         "ConeLoss",
         {"max_pairs_per_query": 256},
         ranker="conerank",
-        complexity="O(P·F·K)",
+        complexity="O(P·(F + K²))",
     ),
 ]
 

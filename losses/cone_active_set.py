@@ -94,20 +94,33 @@ def _face_minimisers(
     gram: torch.Tensor,
     linear: torch.Tensor,
     faces: torch.Tensor,
-    sizes: list[int],
+    column_face: torch.Tensor,
+    sizes: list[int] | None,
     total: float | None,
 ) -> torch.Tensor:
-    """The minimiser of ``vᵀGv − 2bᵀv`` over each column's face, columns grouped by face: the
-    first ``sizes[0]`` columns of ``linear`` [K, N] lie on ``faces[0]``, the next ``sizes[1]``
-    on ``faces[1]``… One product per face on its slice, no per-pair [K, K] gather."""
+    """The minimiser of ``vᵀGv − 2bᵀv`` over each column's face (``faces[column_face]``).
+
+    Two exact routes by size: with ``sizes`` the columns of ``linear`` [K, N] are grouped by
+    face (the first ``sizes[0]`` on ``faces[0]``…) and each face is one product over its slice
+    (moves O(N·K) numbers); with ``sizes=None`` each column gathers its face's [K, K] map and one
+    batched product does all (O(N·K²) numbers, but a few operations instead of one per face:
+    the cheaper route for the small batches of training)."""
     response, offset = _face_maps(gram, faces, total)  # in G's dtype (float64)
     response, offset = response.to(linear.dtype), offset.to(linear.dtype)
-    if len(sizes) == 1:
+    if len(faces) == 1:
         return torch.addmm(offset[0], response[0], linear)
+    if sizes is None:
+        mapped = torch.bmm(response[column_face], linear.T.unsqueeze(-1))  # [N, K, 1]
+        return (mapped + offset[column_face]).squeeze(-1).T
     parts = linear.split(sizes, dim=1)
     return torch.cat(
         [torch.addmm(offset[u], response[u], part) for u, part in enumerate(parts)], dim=1
     )
+
+
+# below this many pairs each pair gathers its face's map: per-face products cost one call per
+# face, which dominates the small batches of training (measured crossover ~10⁴–10⁵ pairs)
+_GATHER_BELOW = 32768
 
 
 def active_set_fold_in(
@@ -163,7 +176,7 @@ def active_set_fold_in(
     if support is None and rank == n_basis:
         # the cold seed: where the minimiser over the whole face (all K columns) is positive
         everything = torch.ones(1, n_basis, dtype=torch.bool, device=device)
-        s = _face_minimisers(gram, b, everything, [rows], total) > 0
+        s = _face_minimisers(gram, b, everything, torch.zeros_like(going), None, total) > 0
     elif support is None:  # a singular G: the classical start, the origin or a vertex
         s = torch.zeros(n_basis, rows, dtype=torch.bool, device=device)
     else:
@@ -182,13 +195,15 @@ def active_set_fold_in(
     while iterations < max_iter and len(going) > 0:
         iterations += 1
         faces, column_face = _group_supports(s)
-        if len(faces) > 1:  # group the pairs by face so that each face solves one slice
+        sizes = None
+        if len(faces) > 1 and len(going) >= _GATHER_BELOW:
+            # many pairs: group them by face so that each face solves one slice
             order = column_face.argsort()
             going, b, scale, s = going[order], b[:, order], scale[order], s[:, order]
             column_face = column_face[order]
             w = None if w is None else w[:, order]
-        sizes = torch.bincount(column_face, minlength=len(faces)).tolist()
-        v = _face_minimisers(gram, b, faces, sizes, total)
+            sizes = torch.bincount(column_face, minlength=len(faces)).tolist()
+        v = _face_minimisers(gram, b, faces, column_face, sizes, total)
         blocked = (s & (v <= 0)).any(dim=0)  # the face's minimiser leaves the orthant
         # (2) where v is feasible, move there and check the KKT conditions; stationarity on S
         # holds by construction of v, so the check is on the coordinates off S
