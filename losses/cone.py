@@ -11,7 +11,7 @@ The fold-in runs without gradient, by default with the exact active-set method o
 ``d² = ‖z̃‖² − 2 bᵀw* + w*ᵀGw*`` (``b = Uᵀz̃``, ``G = UᵀU``) with ``w*`` fixed, which is the
 gradient of the value function by Danskin's theorem. Each pair is carried as its K numbers
 ``b`` and its norm: memory O(P·K) for P pairs besides the [B, L, K] projections (plus a
-transient [P, F] difference when there are few pairs, see :func:`_squared_differences`).
+transient [P, F] difference when there are few pairs, see :func:`_pair_geometry`).
 See docs/objectives/conerank.md for the mathematics and the choices made.
 """
 
@@ -402,29 +402,35 @@ def cone_loss(
     return loss
 
 
-def _squared_differences(
-    x: torch.Tensor, flat_high: torch.Tensor, flat_low: torch.Tensor
-) -> torch.Tensor:
-    """``‖x_l − x_m‖²`` [P] in float64 for pairs given as rows of the flattened ``x`` [B·L, F].
+def _pair_geometry(
+    x: torch.Tensor, basis: torch.Tensor, flat_high: torch.Tensor, flat_low: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``‖z‖²`` [P] and ``z U`` [P, K] in float64 for ``z = x_l − x_m``, pairs given as rows of
+    the flattened ``x`` [B·L, F].
 
-    Two routes, chosen by cost: the direct differences (a transient [P, F] tensor, O(P·F)) for
-    a few pairs, and for dense pair lists each query's Gram matrix ``x xᵀ`` in float64
-    (O(B·L²·F), no [P, F] tensor), ``‖x_l‖² + ‖x_m‖² − 2 x_l·x_m``. The expansion cancels for
+    Two exact routes, chosen by cost: for a few pairs the direct differences (a transient
+    [P, F] tensor, O(P·F)); for dense pair lists each query's Gram matrix ``x xᵀ`` and the
+    projections ``x U`` in float64 (O(B·L²·F), no [P, F] tensor):
+    ``‖z‖² = ‖x_l‖² + ‖x_m‖² − 2 x_l·x_m`` and ``zU = x_l U − x_m U``. The expansion cancels for
     near-duplicates: a difference it cannot tell from 0 (below 1e-13 of the norms) is 0, as
     duplicates are on the direct route.
     """
     batch, length, n_features = x.shape
+    exact = torch.float64
     if 32 * len(flat_high) < batch * length * length:  # measured crossover: about L²/32 pairs
         rows = x.reshape(-1, n_features)
         z = rows.index_select(0, flat_high) - rows.index_select(0, flat_low)
-        return z.to(torch.float64).pow(2).sum(dim=-1)
-    x64 = x.to(torch.float64)
+        return z.to(exact).pow(2).sum(dim=-1), (z @ basis).to(exact)
+    x64 = x.to(exact)
     inner = x64 @ x64.transpose(1, 2)  # [B, L, L]
     self_inner = inner.diagonal(dim1=1, dim2=2).reshape(-1)
+    # flat index_select: its backward is an index_add, not an accumulating index_put
     norms_sq = self_inner.index_select(0, flat_high) + self_inner.index_select(0, flat_low)
     cross = inner.reshape(-1).index_select(0, flat_high * length + flat_low % length)
     squared = norms_sq - 2.0 * cross
-    return torch.where(squared > 1e-13 * norms_sq, squared, 0.0)
+    projected = (x64 @ basis.to(exact)).reshape(-1, basis.shape[1])  # [B·L, K]
+    differences = projected.index_select(0, flat_high) - projected.index_select(0, flat_low)
+    return torch.where(squared > 1e-13 * norms_sq, squared, 0.0), differences
 
 
 def _cone_loss_and_support(
@@ -524,21 +530,17 @@ def _cone_terms(
         pair_valid = ok.reshape(-1)
     gain = real_labels[query, high] - real_labels[query, low]
 
-    # Per pair only K numbers are kept, in float64: b = z̃U = s (p_l − p_m) with p = xU and
-    # s = ρ / (α + ‖z‖), and ‖z̃‖² = s² ‖z‖²; the squared distance is ‖z̃‖² − 2 bᵀw + wᵀGw with
-    # w fixed. ‖z‖² comes from the cheaper of two exact routes (see _squared_differences).
+    # Per pair only K numbers are kept, in float64: b = z̃U = s·zU with s = ρ / (α + ‖z‖), and
+    # ‖z̃‖² = s² ‖z‖²; the squared distance is ‖z̃‖² − 2 bᵀw + wᵀGw with w fixed. ‖z‖² and zU
+    # come from the cheaper of two exact routes (see _pair_geometry).
     exact = torch.float64
     basis64 = basis.to(exact)
     length = features.shape[1]
     flat_high, flat_low = query * length + high, query * length + low  # rows of [B·L, ·]
-    squared = _squared_differences(x, flat_high, flat_low)
+    squared, projected = _pair_geometry(x, basis, flat_high, flat_low)
     norm = torch.where(squared > 0, torch.where(squared > 0, squared, 1.0).sqrt(), 0.0)
     scale = rho / (alpha + norm)
-    # flat index_select: its backward is an index_add, not an accumulating index_put
-    projected = (x.to(exact) @ basis64).reshape(-1, basis.shape[1])  # [B·L, K]
-    linear = scale.unsqueeze(-1) * (
-        projected.index_select(0, flat_high) - projected.index_select(0, flat_low)
-    )  # b = z̃U [P, K]
+    linear = scale.unsqueeze(-1) * projected  # b = z̃U [P, K]
     gram = basis64.T @ basis64
     if warm_support is not None and warm_support.shape[0] != linear.shape[0]:
         warm_support = None  # another pair list: a cold start

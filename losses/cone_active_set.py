@@ -91,36 +91,99 @@ def _face_maps(
 
 
 def _face_minimisers(
-    gram: torch.Tensor,
-    linear: torch.Tensor,
-    faces: torch.Tensor,
-    column_face: torch.Tensor,
-    sizes: list[int] | None,
-    total: float | None,
+    gram: torch.Tensor, linear: torch.Tensor, support: torch.Tensor, total: float | None
 ) -> torch.Tensor:
-    """The minimiser of ``vᵀGv − 2bᵀv`` over each column's face (``faces[column_face]``).
+    """The minimiser of ``vᵀGv − 2bᵀv`` over each column's face (``support`` [K, N] bool).
 
-    Two exact routes by size: with ``sizes`` the columns of ``linear`` [K, N] are grouped by
-    face (the first ``sizes[0]`` on ``faces[0]``…) and each face is one product over its slice
-    (moves O(N·K) numbers); with ``sizes=None`` each column gathers its face's [K, K] map and one
-    batched product does all (O(N·K²) numbers, but a few operations instead of one per face:
-    the cheaper route for the small batches of training)."""
+    Two exact routes by size: many columns are grouped by face (a sort) and each face is one
+    product over its slice, O(N·K) numbers moved; few columns each gather their face's [K, K]
+    map for one batched product, O(N·K²) numbers but a few operations instead of one per face
+    (the cheaper route for the small batches of training)."""
+    faces, column_face = _group_supports(support)
     response, offset = _face_maps(gram, faces, total)  # in G's dtype (float64)
     response, offset = response.to(linear.dtype), offset.to(linear.dtype)
     if len(faces) == 1:
         return torch.addmm(offset[0], response[0], linear)
-    if sizes is None:
+    if linear.shape[1] < _GATHER_BELOW:
         mapped = torch.bmm(response[column_face], linear.T.unsqueeze(-1))  # [N, K, 1]
         return (mapped + offset[column_face]).squeeze(-1).T
-    parts = linear.split(sizes, dim=1)
-    return torch.cat(
+    order = column_face.argsort()
+    sizes = torch.bincount(column_face, minlength=len(faces)).tolist()
+    parts = linear[:, order].split(sizes, dim=1)
+    solved = torch.cat(
         [torch.addmm(offset[u], response[u], part) for u, part in enumerate(parts)], dim=1
     )
+    return torch.empty_like(solved).index_copy_(1, order, solved)
 
 
 # below this many pairs each pair gathers its face's map: per-face products cost one call per
 # face, which dominates the small batches of training (measured crossover ~10⁴–10⁵ pairs)
 _GATHER_BELOW = 32768
+
+
+class _FaceSolver:
+    """Face minimisers for the active set: with a nonsingular G, a face missing one or two of
+    the K coordinates is a rank-1 or rank-2 downdate of the whole face's minimiser (the Schur
+    complement of the constraints ``v_D = 0`` in the bordered KKT system,
+    ``v = v_all − H[:, D] H[D, D]⁻¹ v_all[D]`` with H its inverse): a few elementwise passes for
+    every pair at once, no grouping. Faces missing more go through :func:`_face_minimisers`
+    (and all faces do when G is singular or K > 16)."""
+
+    def __init__(self, gram: torch.Tensor, total: float | None, dtype: torch.dtype, rank: int):
+        n_basis, device = gram.shape[0], gram.device
+        self.gram, self.total = gram, total
+        everything = torch.ones(1, n_basis, dtype=torch.bool, device=device)
+        response, offset = _face_maps(gram, everything, total)
+        self.response, self.offset = response[0].to(dtype), offset[0].to(dtype)
+        self.downdates = rank == n_basis and n_basis <= 16
+        if not self.downdates:
+            return
+        # H: the inverse of the whole face's bordered system, restricted to the coefficients
+        system = torch.zeros(n_basis + 1, n_basis + 1, dtype=gram.dtype, device=device)
+        ridge = _RIDGE * gram.diagonal().amax().clamp(min=1.0)
+        eye = torch.eye(n_basis, dtype=gram.dtype, device=device)
+        system[:n_basis, :n_basis] = gram + ridge * eye
+        if total is None:
+            system[n_basis, n_basis] = 1.0
+        else:
+            system[:n_basis, n_basis] = 1.0
+            system[n_basis, :n_basis] = 1.0
+        self.inverse = torch.linalg.inv(system)[:n_basis, :n_basis].to(dtype)
+        # for every pattern of missing coordinates (a K-bit code): how many, the first two
+        codes = torch.arange(2**n_basis, device=device)
+        bit = (codes.unsqueeze(-1) >> torch.arange(n_basis, device=device)) & 1
+        self.bits = torch.pow(2.0, torch.arange(n_basis, device=device, dtype=torch.float64))
+        self.count = bit.sum(dim=-1)
+        position = torch.where(bit > 0, torch.arange(n_basis, device=device), n_basis)
+        ordered = position.sort(dim=-1).values.clamp(max=n_basis - 1)
+        self.first, self.second = ordered[:, 0], ordered[:, 1 if n_basis > 1 else 0]
+
+    def whole(self, linear: torch.Tensor) -> torch.Tensor:
+        """The minimiser over the face of all K columns (free for the cone, Σ = t otherwise)."""
+        return torch.addmm(self.offset, self.response, linear)
+
+    def __call__(self, linear: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+        if not self.downdates:
+            return _face_minimisers(self.gram, linear, support, self.total)
+        code = (self.bits @ (~support).to(torch.float64)).to(torch.int64)
+        missing, first, second = self.count[code], self.first[code], self.second[code]
+        v = self.whole(linear)
+        h = self.inverse
+        r1, r2 = v.gather(0, first.unsqueeze(0))[0], v.gather(0, second.unsqueeze(0))[0]
+        flat = h.reshape(-1)
+        n_basis = h.shape[0]
+        a = flat.index_select(0, first * (n_basis + 1))
+        b = flat.index_select(0, first * n_basis + second)
+        c = flat.index_select(0, second * (n_basis + 1))
+        one, two = missing == 1, missing == 2
+        determinant = torch.where(two, a * c - b * b, 1.0)
+        y1 = torch.where(two, (c * r1 - b * r2) / determinant, torch.where(one, r1 / a, 0.0))
+        y2 = torch.where(two, (a * r2 - b * r1) / determinant, 0.0)
+        v = v - h.index_select(1, first) * y1 - h.index_select(1, second) * y2
+        many = (missing > 2).nonzero().squeeze(-1)
+        if len(many) > 0:
+            v[:, many] = _face_minimisers(self.gram, linear[:, many], support[:, many], self.total)
+        return torch.where(support, v, 0.0)
 
 
 def active_set_fold_in(
@@ -173,10 +236,10 @@ def active_set_fold_in(
     gram_work = gram.to(dtype)
     going = torch.arange(rows, device=device)
     updates = []  # (pairs, w, support) after each step; later ones overwrite earlier ones
+    faces_of = _FaceSolver(gram, total, dtype, rank)
     if support is None and rank == n_basis:
         # the cold seed: where the minimiser over the whole face (all K columns) is positive
-        everything = torch.ones(1, n_basis, dtype=torch.bool, device=device)
-        s = _face_minimisers(gram, b, everything, torch.zeros_like(going), None, total) > 0
+        s = faces_of.whole(b) > 0
     elif support is None:  # a singular G: the classical start, the origin or a vertex
         s = torch.zeros(n_basis, rows, dtype=torch.bool, device=device)
     else:
@@ -188,22 +251,13 @@ def active_set_fold_in(
     # the pair's scale for the KKT tolerance: the size of its gradient's terms
     scale = (gram_work.diagonal().amax() + b.abs().amax(dim=0)).clamp(min=torch.finfo(dtype).tiny)
     tiny = torch.finfo(dtype).tiny
-    # the state of the pairs still going, ordered by face; ``w`` (a feasible point) is made
-    # when a pair first needs one (None: not yet made)
+    # the state of the pairs still going; ``w`` (a feasible point) is made when a pair first
+    # needs one (None: not yet made)
     w: torch.Tensor | None = None
     iterations = 0
     while iterations < max_iter and len(going) > 0:
         iterations += 1
-        faces, column_face = _group_supports(s)
-        sizes = None
-        if len(faces) > 1 and len(going) >= _GATHER_BELOW:
-            # many pairs: group them by face so that each face solves one slice
-            order = column_face.argsort()
-            going, b, scale, s = going[order], b[:, order], scale[order], s[:, order]
-            column_face = column_face[order]
-            w = None if w is None else w[:, order]
-            sizes = torch.bincount(column_face, minlength=len(faces)).tolist()
-        v = _face_minimisers(gram, b, faces, column_face, sizes, total)
+        v = faces_of(b, s)
         blocked = (s & (v <= 0)).any(dim=0)  # the face's minimiser leaves the orthant
         # (2) where v is feasible, move there and check the KKT conditions; stationarity on S
         # holds by construction of v, so the check is on the coordinates off S
