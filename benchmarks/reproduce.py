@@ -14,7 +14,8 @@ folds of MAP, MeanNDCG, NDCG@1/3/5/10, P@1/5/10 and seconds per fold), the per-f
 papers' published MQ2008 numbers (``benchmarks/papers.py``) and a bar plot (PNG, matplotlib).
 Suites (``SUITES``): ``mq2008`` (baselines, every seed objective's paper and best settings, and
 the peers unless ``--no-peers``), ``mq2008-fast`` (the same without the paper's ConeRank rows, the
-slowest runs), ``seeds`` (the four objectives' best settings), ``tiny`` (CI smoke). A suite's
+slowest runs), ``seeds`` (the four objectives' best settings), ``cone-cost`` (ConeRank's and
+the domination loss's defaults, for their cost ratio), ``tiny`` (CI smoke). A suite's
 experiments whose files do not exist yet are skipped with a message. Times: "s / fold" is the
 wall time of a run, "CPU s / fold" its CPU time (one thread; what an idle core would take).
 """
@@ -87,11 +88,13 @@ SUITES: dict[str, list[Config]] = {
     # The four seed objectives' best settings: the "< 5 minutes on 2 cores" protocol timing.
     "seeds": [experiment(name) for name in
               ("conerank_tuned", "domination_layered", "convex_best", "hinge_k10")],
+    # ConeRank's cost against the domination loss's, defaults of both, measured in one run.
+    "cone-cost": [baseline("domination"), Config("conerank", ["model=conerank", "loss=cone"])],
     # CI smoke suite: tiny synthetic data, one epoch (see --tiny).
     "tiny": [baseline("ranknet"), baseline("listnet")],
 }
 SUITE_PEERS = {"mq2008": list(PEER_NAMES), "mq2008-fast": list(PEER_NAMES), "seeds": [],
-               "tiny": ["ranksvm"]}
+               "cone-cost": [], "tiny": ["ranksvm"]}
 TINY_OVERRIDES = [
     "data=synthetic", "data.n_train_queries=40", "data.n_val_queries=20",
     "data.n_test_queries=20", "trainer.max_epochs=1", "logger=csv",

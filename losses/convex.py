@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from losses.inputs import check_list_inputs
+from losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
 from losses.pairs import preference_mask, valid_queries
 from losses.ranking_sampler import (
     ACCEPTS,
@@ -118,22 +118,43 @@ def convex_loss(
         >>> bool(0 <= sampled <= exact), round(float(exact.detach()), 4)
         (True, 1.3777)
     """
-    check_list_inputs(scores, labels, mask)
     check_reduction(reduction)
     check_convex_options(
-        delta=delta, num_samples=num_samples, restart_skew=restart_skew, walk_length=walk_length,
-        space=space, objective=objective, accept=accept, ndcg_k=ndcg_k, num_chains=num_chains,
+        delta=delta,
+        num_samples=num_samples,
+        restart_skew=restart_skew,
+        walk_length=walk_length,
+        space=space,
+        objective=objective,
+        accept=accept,
+        ndcg_k=ndcg_k,
+        num_chains=num_chains,
     )
+    # the input rule of losses.inputs: empty lists, any label dtype, non-finite labels drop
+    # their query, half precision in float32, non-finite scores give their query NaN
+    raw, labels, mask = list_inputs(scores, labels, mask)
     valid = valid_queries(labels, mask)
-    safe = torch.where(mask, scores, torch.zeros_like(scores))
+    safe = finite_scores(raw, mask)
+    if raw.shape[0] == 0:  # no query: a connected zero (the sampler has nothing to walk)
+        return reduce_queries(safe.sum(dim=-1) * 0.0, valid, reduction)
     if space == "pairs":
-        return reduce_queries(_pair_space(safe, labels, mask, objective), valid, reduction)
-    tables = query_tables(labels, mask, delta=delta, ndcg_k=ndcg_k, dtype=scores.dtype)
+        per_query = _pair_space(safe, labels, mask, objective)
+        return reduce_queries(
+            nan_for_nonfinite_scores(per_query, raw, mask, valid), valid, reduction
+        )
+    tables = query_tables(labels, mask, delta=delta, ndcg_k=ndcg_k, dtype=raw.dtype)
     if samples is None:
         sampled = run_sampler(
-            safe.detach(), tables, num_samples=num_samples, restart_skew=restart_skew,
-            walk_length=walk_length, num_chains=num_chains, accept=accept,
-            target="convex" if objective == "convex" else "model", generator=generator,
+            safe.detach(),
+            tables,
+            num_samples=num_samples,
+            restart_skew=restart_skew,
+            walk_length=walk_length,
+            num_chains=num_chains,
+            accept=accept,
+            target="convex" if objective == "convex" else "model",
+            generator=generator,
+            keep_orders=False,
         )
     elif samples.dim() != 3 or samples.shape[::2] != scores.shape or samples.dtype != torch.long:
         raise ValueError(
@@ -144,7 +165,7 @@ def convex_loss(
         sampled = sample_constants(samples.to(scores.device), tables)
     ideal_hash = order_hashes(tables.ideal.unsqueeze(1), tables)  # [B, 1]
     per_query = set_log_sum_exp(safe, sampled, ideal_hash, objective)
-    return reduce_queries(per_query, valid, reduction)
+    return reduce_queries(nan_for_nonfinite_scores(per_query, raw, mask, valid), valid, reduction)
 
 
 @torch.no_grad()
@@ -164,7 +185,9 @@ def set_log_sum_exp(
     """
     keep = first_occurrences(sampled.hashes) & (sampled.hashes != ideal_hash)
     deltas, coefficients = sampled.deltas, sampled.coefficients.to(scores.dtype)
-    linear = torch.bmm(coefficients, scores.unsqueeze(-1)).squeeze(-1)  # c(y)·s, [B, S]
+    # c(y)·s, [B, S], as a row-vector product: its backward (the gradient's weighted sum of
+    # the rows c(y)) is again a row-vector product, several times faster than a matrix-vector one
+    linear = torch.bmm(scores.unsqueeze(1), coefficients.transpose(1, 2)).squeeze(1)
     dropped = torch.full_like(linear, torch.finfo(linear.dtype).min / 4)  # exp() underflows to 0
     ideal = torch.zeros_like(linear[:, :1])
 
@@ -226,16 +249,29 @@ class ConvexLoss(nn.Module):
         super().__init__()
         check_reduction(reduction)
         check_convex_options(
-            delta=delta, num_samples=num_samples, restart_skew=restart_skew,
-            walk_length=walk_length, space=space, objective=objective, accept=accept,
-            ndcg_k=ndcg_k, num_chains=num_chains,
+            delta=delta,
+            num_samples=num_samples,
+            restart_skew=restart_skew,
+            walk_length=walk_length,
+            space=space,
+            objective=objective,
+            accept=accept,
+            ndcg_k=ndcg_k,
+            num_chains=num_chains,
         )
         if refresh not in REFRESHES:
             raise ValueError(f"refresh must be one of {REFRESHES}, got {refresh!r}")
         self.options = dict(
-            delta=delta, num_samples=num_samples, restart_skew=float(restart_skew),
-            walk_length=walk_length, reduction=reduction, space=space, objective=objective,
-            accept=accept, ndcg_k=ndcg_k, num_chains=num_chains,
+            delta=delta,
+            num_samples=num_samples,
+            restart_skew=float(restart_skew),
+            walk_length=walk_length,
+            reduction=reduction,
+            space=space,
+            objective=objective,
+            accept=accept,
+            ndcg_k=ndcg_k,
+            num_chains=num_chains,
         )
         self.refresh = refresh
         self.seed = seed
@@ -266,7 +302,11 @@ class ConvexLoss(nn.Module):
         if samples is None and self.refresh == "epoch" and self.options["space"] != "pairs":
             samples = self._samples(scores, labels, mask, qid)
         return convex_loss(
-            scores, labels, mask, samples=samples, generator=self._generator(scores.device),
+            scores,
+            labels,
+            mask,
+            samples=samples,
+            generator=self._generator(scores.device),
             **self.options,
         )
 
@@ -281,7 +321,10 @@ class ConvexLoss(nn.Module):
         skip = ("reduction", "space", "ndcg_k", "objective", "delta")
         options = {k: v for k, v in self.options.items() if k not in skip}
         tables = query_tables(
-            labels, mask, delta=self.options["delta"], ndcg_k=self.options["ndcg_k"],
+            labels,
+            mask,
+            delta=self.options["delta"],
+            ndcg_k=self.options["ndcg_k"],
             dtype=scores.dtype,
         )
         safe = torch.where(mask, scores, torch.zeros_like(scores)).detach()
@@ -308,8 +351,10 @@ class ConvexLoss(nn.Module):
                 for b in range(mask.shape[0])
             ]
         stale = [
-            b for b, key in enumerate(keys)
-            if key not in self.cache or self.cache[key][0] != self.epoch
+            b
+            for b, key in enumerate(keys)
+            if key not in self.cache
+            or self.cache[key][0] != self.epoch
             or not torch.equal(self.cache[key][1], mask[b].cpu())
         ]
         if stale:

@@ -77,8 +77,19 @@ def query_tables(
     ideal = torch.where(mask, -real, torch.full_like(real, math.inf)).argsort(dim=-1, stable=True)
     ideal_dcg = (gain.gather(-1, ideal) * discount).sum(-1)
     return QueryTables(
-        mask, levels, num_levels, higher_total, count, pairs, gain, relevant, discount,
-        ideal_dcg, relevant.sum(-1), ideal, delta,
+        mask,
+        levels,
+        num_levels,
+        higher_total,
+        count,
+        pairs,
+        gain,
+        relevant,
+        discount,
+        ideal_dcg,
+        relevant.sum(-1),
+        ideal,
+        delta,
     )
 
 
@@ -195,26 +206,151 @@ def distinct_orders(order: torch.Tensor, tables: QueryTables) -> torch.Tensor:
     return first_occurrences(order_hashes(order, tables))
 
 
+class SampleSet(NamedTuple):
+    """Sampled orders with their constants: ``E(y) = deltas + coefficients·s``."""
+
+    orders: torch.Tensor | None  # [B, S, L] int64 (None: the sampler was told not to keep them)
+    deltas: torch.Tensor  # [B, S]
+    coefficients: torch.Tensor  # [B, S, L], indexed by document slot (0 at padding)
+    hashes: torch.Tensor  # [B, S] int64 (order_hashes)
+
+
+class _WalkTables(NamedTuple):
+    """Per-query constants of the sampler's walk, built once per call (slot-indexed)."""
+
+    scores: torch.Tensor  # [B, L] float (detached)
+    level: torch.Tensor  # [B, L] int64 (0 at padding)
+    level_row: torch.Tensor  # [B, 1, L] small int: level, -1 at padding
+    height: torch.Tensor  # [B, 1, L] small int: real docs labelled above the slot's doc (0: pad)
+    real_slots: torch.Tensor  # [B, 1, L] small int: 1 at real slots
+    real_slot_ids: torch.Tensor  # [B, 1, L] int64: the slot index at real slots, 0 at padding
+    real_positions: torch.Tensor  # [B, 1, L] bool: position p < n
+    positions: torch.Tensor  # [L] small int
+    higher_total: torch.Tensor  # [B, G] small int: real docs labelled above level g
+    lower_total: torch.Tensor  # [B, G] small int: real docs labelled below level g
+    window_table: torch.Tensor  # [B, K, L] float: one-hot level | score·one-hot level (| relevant)
+    moves: torch.Tensor | None  # [B·G·G, L] float: row (b, g, h) = one-hot h - one-hot g (G <= 8)
+    between: torch.Tensor  # [G·G, G] float: row (g, h) marks the levels strictly between g and h
+    reversed_delta: torch.Tensor  # [B, 1] float: Δ of the reversed ideal order
+    scale: torch.Tensor  # [B, 1] float: 2/|P|
+    weights: torch.Tensor  # [L] int64 hash weights
+
+
+def _small_int(length: int) -> torch.dtype:
+    """The narrowest integer type that holds positions, ranks and coefficient counts (|x| <= L)."""
+    return torch.int16 if length < 2**15 else torch.int32
+
+
+def _walk_tables(tables: QueryTables, scores: torch.Tensor | None = None) -> _WalkTables:
+    batch, length = tables.levels.shape
+    device, dtype = tables.levels.device, tables.pairs.dtype
+    small = _small_int(length)
+    scores = torch.zeros(batch, length, dtype=dtype, device=device) if scores is None else scores
+    dtype = scores.dtype
+    mask, levels, groups = tables.mask, tables.levels, tables.num_levels
+    level_row = torch.where(mask, levels, -1).to(small)
+    one_hot = (level_row.unsqueeze(-1) == torch.arange(groups, device=device)).to(dtype)
+    columns = [one_hot, one_hot * scores.unsqueeze(-1)]
+    if tables.delta == "map":
+        columns.append(tables.relevant.to(dtype).unsqueeze(-1))
+    per_level = one_hot.sum(1).long()  # [B, G]
+    rows = one_hot.transpose(1, 2)  # [B, G, L]
+    # the G² difference rows save a subtraction per step; past 8 levels their memory is not worth it
+    moves = (rows.unsqueeze(1) - rows.unsqueeze(2)).reshape(-1, length) if groups <= 8 else None
+    levels_g = torch.arange(groups, device=device)
+    low = torch.minimum(levels_g[:, None], levels_g[None, :]).unsqueeze(-1)
+    high = torch.maximum(levels_g[:, None], levels_g[None, :]).unsqueeze(-1)
+    between = ((levels_g > low) & (levels_g < high)).to(dtype).view(groups * groups, groups)
+    lower_total = per_level.cumsum(-1) - per_level
+    height = torch.where(mask, tables.higher_total.gather(1, levels), 0)
+    positions = torch.arange(length, device=device)
+    reversed_order = torch.where(mask, levels, length).argsort(dim=-1, stable=True)
+    return _WalkTables(
+        scores=scores,
+        level=levels,
+        level_row=level_row.unsqueeze(1),
+        height=height.to(small).unsqueeze(1),
+        real_slots=mask.to(small).unsqueeze(1),
+        real_slot_ids=torch.where(mask, positions, 0).unsqueeze(1),
+        real_positions=(positions < tables.count[:, None]).unsqueeze(1),
+        positions=positions.to(small),
+        higher_total=tables.higher_total.to(small),
+        lower_total=lower_total.to(small),
+        window_table=torch.cat(columns, -1).transpose(1, 2).contiguous(),
+        moves=moves,
+        between=between,
+        reversed_delta=order_deltas(reversed_order.unsqueeze(1), tables).to(dtype),
+        scale=(2.0 / tables.pairs).to(dtype).unsqueeze(1),
+        weights=_hash_coefficients(length, device),
+    )
+
+
+def _shuffle(
+    walk: _WalkTables, chains: int, generator: torch.Generator | None, inversions: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor], torch.Tensor]:
+    """A uniform random order per chain and what the three seeds are built from.
+
+    Returns the order ``[B, C, L]`` (real slots first in uniform random order, padded slots after
+    in slot order), the level at each position (-1 at padding), the rank of each position's
+    document among the documents of its level before it (``[B, C, L]``, -1 at padding), one
+    bool ``[B, C, L]`` per level marking its positions, and the number of inverted preference
+    pairs ``[B, C]`` (the AUC numerator; 0 unless ``inversions``). Ranks come from one prefix
+    count per label level.
+    """
+    batch, length = walk.level.shape
+    device, small = walk.level.device, walk.positions.dtype
+    top = (1 << 31) - 1 - length  # real keys below it, padded slots above it in slot order
+    noise = torch.randint(
+        0, top, (batch, chains, length), generator=generator, device=device, dtype=torch.int32
+    )
+    slots = torch.arange(length, device=device, dtype=torch.int32)
+    keys = torch.where(walk.real_slots.bool(), noise, top + slots)
+    order = keys.argsort(dim=-1)  # int32 keys sort faster than float or int64 ones
+    level_at = walk.level_row.expand(-1, chains, -1).gather(-1, order)
+    rank = torch.full_like(level_at, -1)
+    lower_before = torch.zeros_like(level_at)
+    at_level = []
+    groups = walk.higher_total.shape[1]
+    for level in range(groups):
+        here = level_at == level
+        seen = here.cumsum(-1, dtype=small)  # level-`level` documents at positions <= p
+        rank += here * seen
+        if inversions and level < groups - 1:
+            lower_before += (level_at > level) * seen
+        at_level.append(here)
+    return order, level_at, rank, at_level, lower_before.sum(-1)
+
+
+def _arrange(
+    walk: _WalkTables, rank: torch.Tensor, at_level: list[torch.Tensor], choice: torch.Tensor
+) -> torch.Tensor:
+    """``[B, C, L]`` target position of the document at each position of the uniform order for
+    the chosen seed (0: ideal, 1: the uniform order itself, 2: reversed ideal). The ideal and
+    the reversed ideal put a level-g document at (documents above level g, resp. below) + its
+    rank within the level, so both keep the uniform order's (uniformly random) order within a
+    label, independent of which seed is chosen."""
+    start = torch.where(
+        (choice == 0).unsqueeze(-1), walk.higher_total.unsqueeze(1), walk.lower_total.unsqueeze(1)
+    )
+    target = rank.clone()
+    for level, here in enumerate(at_level):
+        target += here * start[..., level : level + 1]
+    keep = (choice == 1).unsqueeze(-1) | ~walk.real_positions
+    return torch.where(keep, walk.positions, target)
+
+
 def _seed_orders(
     tables: QueryTables, chains: int, generator: torch.Generator | None
 ) -> torch.Tensor:
     """``[3, B, C, L]`` restart candidates: ideal (random order within a label, Δ = 0), a uniform
     shuffle (E[Δ_AUC] = 1/2) and the reversed ideal (Δ_AUC = 1), padding after in slot order."""
-    batch, length = tables.levels.shape
-    noise = torch.rand(batch, chains, length, generator=generator, device=tables.levels.device)
-    levels = tables.levels.unsqueeze(1).to(noise.dtype)
-    keys = torch.stack([-(levels + noise), noise, levels + noise])
-    keys = torch.where(tables.mask.unsqueeze(1), keys, torch.full_like(keys, math.inf))
-    return keys.argsort(dim=-1, stable=True)
-
-
-class SampleSet(NamedTuple):
-    """Sampled orders with their constants: ``E(y) = deltas + coefficients·s``."""
-
-    orders: torch.Tensor  # [B, S, L] int64
-    deltas: torch.Tensor  # [B, S]
-    coefficients: torch.Tensor  # [B, S, L], indexed by document slot (0 at padding)
-    hashes: torch.Tensor  # [B, S] int64 (order_hashes)
+    walk = _walk_tables(tables)
+    order, _, rank, at_level, _ = _shuffle(walk, chains, generator)
+    seeds = []
+    for kind in range(3):
+        target = _arrange(walk, rank, at_level, torch.full_like(order[..., 0], kind))
+        seeds.append(torch.empty_like(order).scatter_(-1, target.long(), order))
+    return torch.stack([seeds[0], seeds[1], seeds[2]])
 
 
 def sample_orders(scores: torch.Tensor, tables: QueryTables, **options) -> torch.Tensor:
@@ -229,7 +365,7 @@ def sample_orders(scores: torch.Tensor, tables: QueryTables, **options) -> torch
         >>> orders.shape, bool((orders[..., 3] == 3).all())  # padding stays last
         (torch.Size([1, 6, 4]), True)
     """
-    return run_sampler(scores, tables, **options).orders
+    return run_sampler(scores, tables, keep_orders=True, **options).orders
 
 
 @torch.no_grad()
@@ -244,6 +380,7 @@ def run_sampler(
     accept: str = "metropolis",
     target: str = "convex",
     generator: torch.Generator | None = None,
+    keep_orders: bool = True,
 ) -> SampleSet:
     """Draw ``num_samples`` orders per query by restarted swap-Metropolis walks (SPEC §5.5–5.6).
 
@@ -257,12 +394,25 @@ def run_sampler(
     ``E = c·s`` (``target="model"``: the model distribution Pr(y|x; w) of MLE and ExpGain).
     The state after every step is collected.
 
-    Everything a sample needs later (Δ, the coefficients c, the hash) is updated incrementally
-    in O(L) per step instead of recomputed per sample: when u moves from above v to below v and
-    their labels differ, c·s changes by (2/|P|)(s_v - s_u), c_u by -2/|P| and c_v by +2/|P|.
+    A chain's state is kept by document slot: each document's position and its coefficient
+    count ``c/(2/|P|) = #higher-labelled docs below - #lower-labelled docs above`` (small
+    integers, exact). When u at position p and v at position q > p swap, the documents strictly
+    between them form the window; one batched matrix product of the window indicator with a
+    per-query table (one-hot level, score × one-hot level) gives every sum the step needs: c·s
+    changes by (2/|P|)((s_v - s_u) + Σ over window docs w labelled unlike u of (s_w - s_u) +
+    Σ over window docs w labelled unlike v of (s_v - s_w)), the AUC numerator by
+    sign(l_u - l_v)(1 + #window docs labelled l_u or l_v + 2 #labelled strictly between), and a
+    window document's count moves by [its label = l_v] - [its label = l_u]. NDCG changes in
+    O(1) from the two positions' discounts, AP in O(L) from the window's relevant documents.
+    Seeds: one uniform order per chain (one sort); the ideal and reversed ideal are the same
+    documents regrouped by label, keeping their order within a label.
+
+    ``keep_orders=False`` skips materialising the orders (``SampleSet.orders`` is None); the
+    loss only needs Δ, the coefficients and the hashes.
 
     Shape:
-        scores: [B, L] (padding already replaced by finite values). Memory O(B·S·L).
+        scores: [B, L] (padding already replaced by finite values). Memory O(B·S·L): S
+        coefficient rows (float) plus, with ``keep_orders``, S orders (int64).
     """
     if accept not in ACCEPTS or target not in TARGETS:
         raise ValueError(f"accept must be in {ACCEPTS} and target in {TARGETS}, got "
@@ -276,141 +426,160 @@ def run_sampler(
     )
     first, second = first.view(batch, steps, chains), second.view(batch, steps, chains)
     log_uniform = torch.rand(steps, batch, chains, generator=generator, device=device).log()
-    scale = (2.0 / tables.pairs).to(dtype)[:, None, None]  # [B, 1, 1]
-    positions = torch.arange(length, device=device)
-    weights = _hash_coefficients(length, device)
-    orders = torch.empty(batch, chains, steps, length, dtype=torch.long, device=device)
-    coefficients = torch.empty(batch, chains, steps, length, dtype=dtype, device=device)
+    walk = _walk_tables(tables, scores)
+    counts = torch.empty(batch, chains, steps, length, dtype=dtype, device=device)
+    placed = torch.empty_like(counts) if keep_orders else None  # each slot's position
     deltas = torch.empty(batch, chains, steps, dtype=dtype, device=device)
     hashes = torch.empty(batch, chains, steps, dtype=torch.long, device=device)
-    zero = torch.zeros((), dtype=dtype, device=device)
     for step in range(steps):
         if step % walk_length == 0:
-            state = _restart(scores, tables, chains, restart_skew, generator)
-            order, pos, score_at, level_at, coef_at, delta_now, hash_now = state
-        i, j = first[:, step, :, None], second[:, step, :, None]  # [B, C, 1] documents to swap
-        pi, pj = pos.gather(-1, i), pos.gather(-1, j)
-        p, q = torch.minimum(pi, pj), torch.maximum(pi, pj)  # [B, C, 1], p <= q
-        a, b = order.gather(-1, p), order.gather(-1, q)  # upper and lower document
-        sa, sb = score_at.gather(-1, p), score_at.gather(-1, q)
-        la, lb = level_at.gather(-1, p), level_at.gather(-1, q)
-        window = (positions > p) & (positions < q)  # [B, C, L]
-        cross_a, cross_b = window & (level_at != la), window & (level_at != lb)
-        over_a = torch.where(cross_a, score_at - sa, zero)  # a passes below these
-        over_b = torch.where(cross_b, sb - score_at, zero)  # b passes above these
-        change = scale[..., 0] * ((sb - sa).squeeze(-1) + (over_a + over_b).sum(-1))
-        new_delta = _swapped_delta(tables, order, a, b, p, q, la, lb, level_at, window, delta_now)
-        if target == "convex":
-            change = change + (new_delta - delta_now)
-        accepted = (p != q).squeeze(-1)  # p == q only in queries without a pair
-        if accept == "metropolis":
-            accepted = accepted & (log_uniform[step] < change)
-        flag = accepted[..., None]
-        step_scale = torch.where(flag, scale, zero)  # [B, C, 1]: 0 where rejected
-        coef_a, coef_b = coef_at.gather(-1, p), coef_at.gather(-1, q)
-        count_a = cross_a.sum(-1, keepdim=True).to(dtype) + 1
-        count_b = cross_b.sum(-1, keepdim=True).to(dtype) + 1
-        coef_at += step_scale * (cross_a.to(dtype) - cross_b.to(dtype))
-        _swap(coef_at, p, q, flag, coef_a - step_scale * count_a, coef_b + step_scale * count_b)
-        _swap(order, p, q, flag, a, b)
-        _swap(score_at, p, q, flag, sa, sb)
-        _swap(level_at, p, q, flag, la, lb)
-        pos.scatter_(-1, a, torch.where(flag, q, p))
-        pos.scatter_(-1, b, torch.where(flag, p, q))
-        delta_now = torch.where(accepted, new_delta, delta_now)
-        rehash = (b - a).squeeze(-1) * (weights[p] - weights[q]).squeeze(-1)
-        hash_now = hash_now + torch.where(accepted, rehash, torch.zeros_like(rehash))
-        orders[:, :, step], coefficients[:, :, step] = order, coef_at
-        deltas[:, :, step], hashes[:, :, step] = delta_now, hash_now
-    orders = orders.view(batch, chains * steps, length)[:, :num_samples]
-    coefficients = coefficients.view(batch, chains * steps, length)[:, :num_samples]
-    by_slot = torch.zeros_like(coefficients).scatter_(-1, orders, coefficients)
+            state = _restart(walk, tables, chains, restart_skew, generator)
+        _step(walk, tables, state, first[:, step], second[:, step], log_uniform[step],
+              accept, target)  # fmt: skip
+        counts[:, :, step], deltas[:, :, step], hashes[:, :, step] = state[1], state[2], state[3]
+        if placed is not None:
+            placed[:, :, step] = state[0]
+    orders = None
+    if placed is not None:
+        placed = placed.view(batch, chains * steps, length)[:, :num_samples].long()
+        slots = torch.arange(length, device=device).expand_as(placed)
+        orders = torch.empty_like(placed).scatter_(-1, placed, slots)
+    coefficients = counts.view(batch, chains * steps, length)[:, :num_samples]
     return SampleSet(
         orders,
         deltas.view(batch, -1)[:, :num_samples],
-        by_slot,
+        coefficients.mul_(walk.scale.unsqueeze(-1)),
         hashes.view(batch, -1)[:, :num_samples],
     )
 
 
-def _swap(
-    values: torch.Tensor,
-    p: torch.Tensor,
-    q: torch.Tensor,
-    flag: torch.Tensor,
-    at_p: torch.Tensor,
-    at_q: torch.Tensor,
-) -> None:
-    """In place, where ``flag``: ``at_p`` (what leaves position p) goes to q and ``at_q`` to p;
-    elsewhere both positions keep their values."""
-    values.scatter_(-1, p, torch.where(flag, at_q, values.gather(-1, p)))
-    values.scatter_(-1, q, torch.where(flag, at_p, values.gather(-1, q)))
-
-
 def _restart(
-    scores: torch.Tensor,
+    walk: _WalkTables,
     tables: QueryTables,
     chains: int,
     restart_skew: float,
     generator: torch.Generator | None,
-) -> tuple[torch.Tensor, ...]:
-    """Fresh chain states from the three seeds, chosen ∝ exp(restart_skew · Δ(seed))."""
-    batch, length = scores.shape
-    candidates = _seed_orders(tables, chains, generator)  # [3, B, C, L]
-    deltas = order_deltas(candidates.view(3 * batch, chains, length), _repeat(tables, 3))
-    deltas = deltas.view(3, batch, chains)
-    uniform = torch.rand(3, batch, chains, generator=generator, device=scores.device)
+) -> list[torch.Tensor]:
+    """Fresh chain states from the three seeds, chosen ∝ exp(restart_skew · Δ(seed)).
+
+    State: [position of each slot, coefficient count of each slot, Δ, hash, 1/(position + 1)
+    (AP only, else None)].
+    """
+    order, _, rank, at_level, inversions = _shuffle(
+        walk, chains, generator, inversions=tables.delta == "auc"
+    )
+    if tables.delta == "auc":
+        shuffled = inversions.to(walk.scale.dtype) / tables.pairs[:, None].to(walk.scale.dtype)
+    else:
+        shuffled = order_deltas(order, tables).to(walk.scale.dtype)
+    batch = order.shape[0]
+    deltas = torch.stack(
+        [torch.zeros_like(shuffled), shuffled, walk.reversed_delta.expand(batch, chains)]
+    )
+    uniform = torch.rand(3, batch, chains, generator=generator, device=order.device)
     gumbel = -torch.log(-torch.log(uniform.clamp(min=1e-12)))
     choice = (restart_skew * deltas.to(gumbel.dtype) + gumbel).argmax(0)  # [B, C]
-    order = candidates.gather(0, choice[None, ..., None].expand(1, -1, -1, length))[0]
-    delta_now = deltas.gather(0, choice[None])[0].to(scores.dtype)
-    pos = torch.empty_like(order).scatter_(
-        -1, order, torch.arange(length, device=order.device).expand_as(order).contiguous()
-    )
-    higher_after, lower_before, _ = position_counts(order, tables)
-    real = _real_positions(tables, length)
-    scale = (2.0 / tables.pairs).to(scores.dtype)[:, None, None]
-    coef_at = torch.where(real, (higher_after - lower_before).to(scale.dtype) * scale, 0.0)
-    state = (order, pos, _gather(scores, order), _gather(tables.levels, order), coef_at)
-    return (*state, delta_now, order_hashes(order, tables))
+    target = _arrange(walk, rank, at_level, choice)
+    position = torch.empty_like(target).scatter_(-1, order, target)
+    rank_of = torch.empty_like(rank).scatter_(-1, order, rank)
+    count = (walk.height - position + rank_of) * walk.real_slots  # 0 for the ideal seed
+    weights = walk.weights.expand(batch, chains, -1).gather(-1, position.long())
+    hashed = (weights * walk.real_slot_ids).sum(-1)  # Σ_d d·R[pos(d)] = Σ_p order[p]·R[p]
+    delta = deltas.gather(0, choice.unsqueeze(0))[0]
+    dtype = walk.scale.dtype
+    position = position.to(dtype)
+    inverse = 1.0 / (position + 1) if tables.delta == "map" else None
+    return [position, count.to(dtype), delta, hashed, inverse]
 
 
-def _repeat(tables: QueryTables, times: int) -> QueryTables:
-    """The tables of ``times`` stacked copies of the batch (query b of copy t at t·B + b)."""
-    fields = {}
-    for name, value in tables._asdict().items():
-        is_batched = isinstance(value, torch.Tensor) and name != "discount"
-        fields[name] = value.repeat(times, *([1] * (value.dim() - 1))) if is_batched else value
-    return QueryTables(**fields)
-
-
-def _swapped_delta(
+def _step(
+    walk: _WalkTables,
     tables: QueryTables,
-    order: torch.Tensor,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    p: torch.Tensor,
-    q: torch.Tensor,
-    la: torch.Tensor,
-    lb: torch.Tensor,
-    level_at: torch.Tensor,
-    window: torch.Tensor,
-    delta_now: torch.Tensor,
-) -> torch.Tensor:
-    """Δ after swapping the documents a (position p) and b (position q > p), [B, C]."""
+    state: list[torch.Tensor],
+    first: torch.Tensor,
+    second: torch.Tensor,
+    log_uniform: torch.Tensor,
+    accept: str,
+    target: str,
+) -> None:
+    """One proposal + accept/reject for every chain; updates ``state`` in place.
+
+    Positions and counts are exact small integers held in the score dtype, so the window
+    indicator comes from one product and a clamp and feeds the matrix product without a
+    conversion.
+    """
+    position, count, delta_now, hash_now, inverse = state
+    batch, chains, length = position.shape
+    dtype, groups = walk.scale.dtype, walk.higher_total.shape[1]
+    pair = torch.stack([first, second], -1)  # [B, C, 2] documents to swap
+    pi, pj = position.gather(-1, pair).unbind(-1)
+    upper = (pi < pj).unsqueeze(-1)
+    p, q = torch.minimum(pi, pj).unsqueeze(-1), torch.maximum(pi, pj).unsqueeze(-1)  # p <= q
+    ab = torch.where(upper, pair, pair.flip(-1)).view(batch, 2 * chains)  # upper doc, then lower
+    a, b = ab.view(batch, chains, 2).unbind(-1)  # [B, C]
+    la, lb = walk.level.gather(1, ab).view(batch, chains, 2).unbind(-1)
+    sa, sb = walk.scores.gather(1, ab).view(batch, chains, 2).unbind(-1)
+    # 1 for the documents strictly between p and q, else 0: (x - p)(q - x) >= 1 for integer
+    # positions strictly between, <= 0 elsewhere
+    window = (position - p).mul_(q - position).clamp_(0, 1)
+    sums = torch.bmm(walk.window_table, window.transpose(1, 2)).transpose(1, 2)  # [B, C, K]
+    picked = sums.gather(-1, torch.stack([la, lb, groups + la, groups + lb], -1))
+    count_a, count_b, mass_a, mass_b = picked.unbind(-1)
+    pu, qu = p.squeeze(-1), q.squeeze(-1)
+    width = qu - pu - 1
+    past_a, past_b = width - count_a, width - count_b  # window docs labelled unlike a (b)
+    linear = (sb - sa) + mass_b - mass_a - past_a * sa + past_b * sb
+    change = walk.scale * linear
     if tables.delta == "auc":
-        zero = torch.zeros((), dtype=la.dtype, device=la.device)
-        crossing = torch.where(window, (la - level_at).sign() + (level_at - lb).sign(), zero)
-        inversions = (la - lb).sign().squeeze(-1) + crossing.sum(-1)
-        return delta_now + inversions.to(delta_now.dtype) / tables.pairs[:, None]
-    if tables.delta == "ndcg":
-        gain_a, gain_b = tables.gain.gather(1, a.squeeze(-1)), tables.gain.gather(1, b.squeeze(-1))
-        disc_p, disc_q = tables.discount[p.squeeze(-1)], tables.discount[q.squeeze(-1)]
-        dcg_change = (gain_b - gain_a) * (disc_p - disc_q)
+        crossed = 1 + count_a + count_b
+        if groups > 2:
+            counts = sums[..., :groups]
+            between = walk.between.index_select(0, (la * groups + lb).view(-1)).view_as(counts)
+            crossed = crossed + 2 * (counts * between).sum(-1)
+        new_delta = delta_now + (la - lb).sign().to(dtype) * crossed / tables.pairs[:, None]
+    elif tables.delta == "ndcg":
+        gain_a, gain_b = tables.gain.gather(1, a), tables.gain.gather(1, b)
+        dcg_change = (gain_b - gain_a) * (tables.discount[pu.long()] - tables.discount[qu.long()])
         ideal = tables.ideal_dcg[:, None]
         safe = torch.where(ideal > 0, ideal, torch.ones_like(ideal))
-        return torch.where(ideal > 0, delta_now - dcg_change / safe, delta_now)
-    relevant_at = _gather(tables.relevant, order)
-    rel_a, rel_b = relevant_at.gather(-1, p), relevant_at.gather(-1, q)
-    relevant_at = relevant_at.scatter(-1, p, rel_b).scatter(-1, q, rel_a)
-    return _map_delta(relevant_at, tables.num_relevant)
+        new_delta = torch.where(ideal > 0, delta_now - dcg_change / safe, delta_now)
+    else:
+        relevant = tables.relevant.to(dtype)
+        sign = relevant.gather(1, b) - relevant.gather(1, a)  # +1: a relevant doc moves up
+        hits = sums[..., 2 * groups]  # relevant documents in the window
+        row = relevant.unsqueeze(1)
+        window_precision = (window * inverse * row).sum(-1)
+        before = ((p - position).clamp_(0, 1) * row).sum(-1)  # relevant documents above p
+        gained = sign * (
+            window_precision + (before + 1) / (pu + 1) - (before + hits + 1) / (qu + 1)
+        )
+        total = tables.num_relevant[:, None]
+        safe = torch.where(total > 0, total, torch.ones_like(total))
+        new_delta = torch.where(total > 0, delta_now - gained / safe, delta_now)
+    if target == "convex":
+        change = change + (new_delta - delta_now)
+    accepted = pu != qu  # p == q only in queries without a pair
+    if accept == "metropolis":
+        accepted = accepted & (log_uniform < change)
+    # window docs' counts move by [label = l_b] - [label = l_a]; rejected: l_b := l_a, no move
+    to = torch.where(accepted, lb, la)
+    query = torch.arange(batch, device=la.device).unsqueeze(-1)
+    if walk.moves is not None:
+        rows = walk.moves.index_select(0, ((query * groups + la) * groups + to).view(-1))
+    else:
+        one_hot = walk.window_table.view(-1, length)  # rows b·K + g: one-hot level g of query b
+        width = walk.window_table.shape[1]
+        rows = one_hot.index_select(0, (query * width + to).view(-1))
+        rows = rows - one_hot.index_select(0, (query * width + la).view(-1))
+    count.addcmul_(rows.view_as(count), window)
+    flag = accepted.unsqueeze(-1)
+    both = ab.view(batch, chains, 2)  # a and b (the same slot twice only where p == q)
+    moved = torch.stack([-(past_a + 1), past_b + 1], -1)  # a passes past_a docs, b past_b
+    count.scatter_add_(-1, both, torch.where(flag, moved, 0.0))
+    now = torch.where(flag, torch.cat([q, p], -1), torch.cat([p, q], -1))  # [B, C, 2]
+    position.scatter_(-1, both, now)
+    if inverse is not None:
+        inverse.scatter_(-1, both, 1.0 / (now + 1))
+    state[2] = torch.where(accepted, new_delta, delta_now)
+    rehash = (b - a) * (walk.weights[pu.long()] - walk.weights[qu.long()])
+    state[3] = hash_now + torch.where(accepted, rehash, torch.zeros_like(rehash))

@@ -85,7 +85,7 @@ class TestConeLoss:
     def test_fold_in_matches_exact_fold_in(self, constraint, solver):
         g = torch.Generator().manual_seed(3)
         basis = torch.randn(12, 10, generator=g, dtype=torch.float64)  # K = 10, UᵀU ≻ 0
-        z = 3.0 * torch.randn(25, 12, generator=g, dtype=torch.float64)
+        z = 3.0 * torch.randn(12, 12, generator=g, dtype=torch.float64)
         band = (0.5, 3.0)
         w = cone_fold_in(z, basis, constraint=constraint, band=band, solver=solver,
                          max_iter=20000, tol=1e-12)  # fmt: skip

@@ -258,3 +258,32 @@ class TestConvexLoss:
             convex_loss(scores, labels, mask, samples=torch.zeros(1, 2, 3, dtype=torch.long))
         with pytest.raises(ValueError, match="model=linear"):
             convex_loss(torch.zeros(1, 4, 2), labels, mask)
+
+
+def test_throughput_benchmark_runs_and_its_baseline_matches_the_loss():
+    """benchmarks/convex_throughput.py on tiny inputs; its baseline copy of the earlier sampler
+    and the shipped one give the same loss given the same sample set."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks import convex_throughput
+
+    tables = convex_throughput.main(
+        ["--batch", "2", "--lengths", "6", "--samples", "20", "--deltas", "auc", "--repeats", "1"]
+    )
+    assert "| auc | 6 | 20 |" in tables[-1]
+    scores, labels, mask = padded_batch([6, 4], 7, seed=16)
+    safe = torch.where(mask, scores, 0.0)
+    table = query_tables(labels, mask, delta="ndcg", dtype=scores.dtype)
+    old = convex_throughput.baseline_run_sampler(
+        safe, table, num_samples=30, generator=torch.Generator().manual_seed(0)
+    )
+    expected = convex_throughput.baseline_convex_loss(
+        scores, labels, mask, delta="ndcg", num_samples=30,
+        generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    torch.testing.assert_close(
+        convex_loss(scores, labels, mask, delta="ndcg", samples=old.orders), expected,
+        rtol=1e-12, atol=1e-12,
+    )  # fmt: skip

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from losses import cone_loss, domination_loss, listnet_loss, ranknet_loss, structured_hinge_loss
+from losses import (
+    cone_loss,
+    convex_loss,
+    domination_loss,
+    listnet_loss,
+    ranknet_loss,
+    structured_hinge_loss,
+)
 from losses.inputs import compute_dtype, finite_label_mask, may_read_values
 from tests.conftest import ROOT
 
@@ -21,12 +28,21 @@ def cone_of_scores(scores, labels, mask, reduction="mean"):
     return cone_loss(scores.unsqueeze(-1), labels, mask, basis, reduction=reduction)
 
 
+def sampled_convex(scores, labels, mask, reduction="mean"):
+    """ConvexLoss with its sampler on a fresh seeded generator: every call draws the same."""
+    generator = torch.Generator().manual_seed(0)
+    return convex_loss(scores, labels, mask, num_samples=20, generator=generator,
+                       reduction=reduction)  # fmt: skip
+
+
 LOSSES = {
     "ranknet": ranknet_loss,
     "listnet": listnet_loss,
     "domination": domination_loss,
     "hinge": partial(structured_hinge_loss, k=3),
     "cone": cone_of_scores,
+    "convex": sampled_convex,
+    "convex_pairs": partial(convex_loss, delta="auc", space="pairs"),
 }
 OBJECTIVES = sorted(path.stem for path in (ROOT / "conf" / "objective").glob("*.yaml"))
 

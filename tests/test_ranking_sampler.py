@@ -9,8 +9,12 @@ import itertools
 import pytest
 import torch
 
+from losses.pairs import sample_pairs
 from losses.ranking_sampler import (
+    _restart,
     _seed_orders,
+    _step,
+    _walk_tables,
     distinct_orders,
     order_constants,
     order_deltas,
@@ -176,3 +180,73 @@ class TestSampler:
                               accept="all", walk_length=50)  # fmt: skip
         every = len(list(itertools.permutations(range(4))))
         assert int(distinct_orders(orders, tables).sum()) == every
+
+
+class TestSamplerSteps:
+    """The rewritten sampler's pieces: the acceptance energy, the seeds, the optional orders."""
+
+    @pytest.mark.parametrize("delta", DELTAS)
+    @pytest.mark.parametrize("target", ("convex", "model"))
+    def test_acceptance_compares_the_exact_energy_change(self, delta, target):
+        scores, labels, mask = padded([12, 9, 5, 2, 1, 0], 12, seed=21, levels=4)
+        tables = query_tables(labels, mask, delta=delta, ndcg_k=5, dtype=torch.float64)
+        walk = _walk_tables(tables, scores)
+        g = torch.Generator().manual_seed(2)
+        state = _restart(walk, tables, 8, 0.0, g)
+        first, second, valid = sample_pairs(labels, mask, 8, generator=g)
+        moved = valid & (first != second)
+
+        def energy(s):  # E = Δ + c·s (model: c·s) from the state's count rows
+            linear = (s[1] * walk.scale.unsqueeze(-1) * scores.unsqueeze(1)).sum(-1)
+            return linear + (s[2] if target == "convex" else 0.0)
+
+        def after(log_uniform, accept):
+            copy = [x.clone() if x is not None else None for x in state]
+            _step(walk, tables, copy, first.view(6, 8), second.view(6, 8), log_uniform, accept,
+                  target)  # fmt: skip
+            return copy
+
+        proposed = after(torch.full((6, 8), -1e9, dtype=torch.float64), "all")
+        change = energy(proposed) - energy(state)
+        for shift, expected in ((-1e-9, True), (1e-9, False)):
+            taken = (after(change + shift, "metropolis")[0] != state[0]).any(-1)
+            assert bool((taken[moved] == expected).all())
+
+    def test_reordered_seeds_keep_the_within_label_order_of_the_shuffle(self):
+        _, labels, mask = padded([9, 7], 10, seed=22)
+        tables = query_tables(labels, mask, delta="auc", dtype=torch.float64)
+        ideal, shuffle, reverse = _seed_orders(tables, 50, torch.Generator().manual_seed(1))
+
+        def of_level(row, b, level):
+            real = mask[b].nonzero().squeeze(-1).tolist()
+            return [d for d in row.tolist() if d in real and labels[b, d] == level]
+
+        for b in range(2):
+            for level in set(labels[b, mask[b]].tolist()):
+                for c in range(50):
+                    expected = of_level(shuffle[b, c], b, level)
+                    assert of_level(ideal[b, c], b, level) == expected
+                    assert of_level(reverse[b, c], b, level) == expected
+
+    def test_orders_are_optional_and_change_nothing_else(self):
+        scores, labels, mask = padded([9, 4, 1, 0, 6], 10, seed=23)
+        tables = query_tables(labels, mask, delta="map", dtype=torch.float64)
+        full, bare = (
+            run_sampler(scores, tables, num_samples=60, walk_length=7,
+                        generator=torch.Generator().manual_seed(4), keep_orders=keep)
+            for keep in (True, False)
+        )  # fmt: skip
+        assert bare.orders is None and full.orders is not None
+        for name in ("deltas", "coefficients", "hashes"):
+            assert torch.equal(getattr(full, name), getattr(bare, name))
+
+    @pytest.mark.parametrize("delta", DELTAS)
+    def test_many_label_levels(self, delta):
+        scores, labels, mask = padded([14, 11, 6, 0], 14, seed=24, levels=12)
+        tables = query_tables(labels, mask, delta=delta, dtype=torch.float64)
+        assert tables.num_levels > 8  # past the per-level-pair row table
+        sampled = run_sampler(scores, tables, num_samples=90, walk_length=9,
+                              generator=torch.Generator().manual_seed(5))  # fmt: skip
+        deltas, coefficients = order_constants(sampled.orders, tables)
+        torch.testing.assert_close(sampled.deltas, deltas, rtol=0, atol=1e-9)
+        torch.testing.assert_close(sampled.coefficients, coefficients, rtol=0, atol=1e-9)
