@@ -211,31 +211,6 @@ def _fold_in_k_space(
 
 
 @torch.no_grad()
-def fold_in_with_support(
-    z: torch.Tensor,
-    basis: torch.Tensor,
-    *,
-    constraint: str = "simplex",
-    band: tuple[float, float] = (1.0, 1.0),
-    solver: str = "active_set",
-    max_iter: int = 500,
-    tol: float = 1e-7,
-    check_every: int = 10,
-    support: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`cone_fold_in` that also returns each row's support ``w > 0`` [N, K] bool, and
-    takes one as a warm start (``solver="active_set"`` only; other solvers ignore it)."""
-    _check_options(constraint, "none", solver, band, max_iter=max_iter, tol=tol)
-    basis64 = basis.detach().to(torch.float64)
-    w, support = _fold_in_k_space(
-        basis64.T @ basis64, z.detach().to(torch.float64) @ basis64, constraint=constraint,
-        band=band, solver=solver, max_iter=max_iter, tol=tol, check_every=check_every,
-        support=support, solve_dtype=torch.promote_types(z.dtype, torch.float32),
-    )  # fmt: skip
-    return w.to(z.dtype), support
-
-
-@torch.no_grad()
 def cone_fold_in(
     z: torch.Tensor,
     basis: torch.Tensor,
@@ -278,11 +253,14 @@ def cone_fold_in(
         tensor([[1., 0.],
                 [0., 1.]], dtype=torch.float64)
     """
-    w, _ = fold_in_with_support(
-        z, basis, constraint=constraint, band=band, solver=solver, max_iter=max_iter, tol=tol,
-        check_every=check_every,
+    _check_options(constraint, "none", solver, band, max_iter=max_iter, tol=tol)
+    basis64 = basis.detach().to(torch.float64)
+    w, _ = _fold_in_k_space(
+        basis64.T @ basis64, z.detach().to(torch.float64) @ basis64, constraint=constraint,
+        band=band, solver=solver, max_iter=max_iter, tol=tol, check_every=check_every,
+        support=None, solve_dtype=torch.promote_types(z.dtype, torch.float32),
     )  # fmt: skip
-    return w
+    return w.to(z.dtype)
 
 
 def _iterative_fold_in(

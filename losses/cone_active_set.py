@@ -24,12 +24,13 @@ origin (cone) or the nearest vertex (simplex), which keeps every face affinely i
 The band ``λ_l ≤ Σw ≤ λ_u`` (see :mod:`losses.cone`) is the cone's solution where its mass
 falls in the band, else the simplex of mass ``λ_u`` (or ``λ_l``).
 
-Cost: pairs on the same face share one inverse of its bordered KKT matrix, and the pairs are
-grouped by face so that each face is one matrix product over a slice of them. The state is
-stored column-wise ([K, N]: one column per pair) so that the reductions over K run across
-contiguous rows. The face inverses are computed in float64, the per-pair arithmetic in the
-dtype of ``b`` (float32 for float32 features: it agrees with float64 to about 1e-7 relative on
-the loss); memory is O(N·K) besides the O(faces·K²) inverses.
+Cost: a face missing one or two of the K columns is a rank-1 or rank-2 downdate of the whole
+face's minimiser (elementwise work for all pairs at once); pairs on other faces share one inverse
+of their face's bordered KKT matrix, grouped by face so that each face is one product. The state
+is stored column-wise ([K, N]: one column per pair) so that the reductions over K run across
+contiguous rows. The inverses are computed in float64, the per-pair arithmetic in the dtype of
+``b`` (float32 for float32 features: it agrees with float64 to about 1e-7 relative on the
+loss); memory is O(N·K) besides the O(faces·K²) inverses.
 """
 
 from __future__ import annotations
