@@ -94,6 +94,7 @@ def test_throughput_tiny(tmp_path):
     assert "queries / s" in text and out.with_suffix(".png").stat().st_size > 0
 
 
+@pytest.mark.slow  # 5 s
 def test_scale_tiny(tmp_path):
     out = tmp_path / "scale.md"
     scale.main(["--tiny", "--losses", "listnet", "--out", str(out)])

@@ -55,6 +55,7 @@ class TestHingeCuttingPlane:
         value = objective(w, x, labels, mask, 5, 0.01, ystar)
         assert value.item() == pytest.approx(last["objective"], rel=1e-5)
 
+    @pytest.mark.slow  # 6 s
     def test_index_ystar_reaches_the_convex_optimum(self):
         """With a fixed y* the problem is convex: no long subgradient run beats the fit."""
         x, labels, mask = synthetic(seed=1)

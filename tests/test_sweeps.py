@@ -89,6 +89,7 @@ def test_every_search_space_composes_and_names_real_keys(train_config, name):
     instantiate(cfg.model, loss=instantiate(cfg.loss), n_features=46)
 
 
+@pytest.mark.slow  # 13 s: keeps the default suite near 3 minutes
 @needs_optuna
 def test_optuna_sweep_maximises_the_returned_validation_metric(tmp_path):
     rows, _ = multirun(tmp_path, "+hparams_search=ranknet", "hydra.sweeper.n_trials=2")
@@ -97,6 +98,7 @@ def test_optuna_sweep_maximises_the_returned_validation_metric(tmp_path):
     assert results.best_value == pytest.approx(max(float(row["value"]) for row in rows))
 
 
+@pytest.mark.slow  # 21 s: keeps the default suite near 3 minutes
 @needs_submitit
 def test_submitit_local_launcher_runs_the_jobs(tmp_path):
     rows, _ = multirun(tmp_path, "hydra/launcher=submitit_local", "seed=3")
