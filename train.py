@@ -11,7 +11,8 @@ different normalization). Outputs in the Hydra run directory: ``checkpoints/{bes
 Lightning's CSV and TensorBoard logs, ``train.log`` (the console lines), ``predictions/test.txt``
 (one ``%.17g`` score per line of the test file(s), scorable by ``Eval-Score-4.0.pl``),
 ``predictions/test.sources`` (those files, in order), ``predictions/test.run`` (a TREC run) and
-``test_metrics.json`` (``test.txt`` scored by SPEC §6). Under DDP only global rank 0 writes.
+``test_metrics.json`` (the test rows scored in memory by LETOR 4.0's rules: what
+``python -m rankers.evaluate`` gives for ``test.txt``). Under DDP only global rank 0 writes.
 ``ckpt_path=last`` resumes from the run folder's last checkpoint when there is one.
 Returns the best monitored validation value (``task=fit``, for sweepers), else NaN.
 """
