@@ -93,7 +93,7 @@ def baseline_run_sampler(
     target: str = "convex",
     generator: torch.Generator | None = None,
 ) -> SampleSet:
-    """Draw ``num_samples`` orders per query by restarted swap-Metropolis walks (SPEC §5.5–5.6).
+    """Draw ``num_samples`` orders per query by restarted swap-Metropolis walks.
 
     C chains per query (default ``ceil(S / T)``, i.e. one walk each) run in lock-step. Every
     ``walk_length`` (T) steps each chain restarts from one of three seeds (ideal with random

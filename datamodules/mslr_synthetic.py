@@ -17,8 +17,8 @@ utility is a fixed linear-plus-interaction function of them plus a per-query shi
 thresholded into labels; its 136 features mix the factors plus noise. The set is generated in
 chunks of queries, each from its own seed ``(seed, chunk)``, straight into float32 arrays (2.05
 GB of features at full size); :func:`letor_text` writes it as LETOR text when a benchmark needs
-the user's file path. Batches follow the DESIGN batch
-contract via :func:`datamodules.collate.collate_queries`; training-style ``max_list`` caps use
+the user's file path. Batches follow the README's batch
+convention via :func:`datamodules.collate.collate_queries`; training-style ``max_list`` caps use
 :func:`datamodules.sampling.subsample_query` like ``LetorDataModule``.
 """
 

@@ -17,7 +17,7 @@ def listnet_loss(
 
     ``L_q = -Σ_i softmax(r)_i · log softmax(s)_i`` over the query's real documents (Cao et al.
     2007, eq. 4 with φ = exp). Queries whose labels are all equal carry no preference and get 0,
-    like every other loss here (SPEC §1 "Validity"). Inputs follow the rule of
+    like every other loss here. Inputs follow the rule of
     ``losses.inputs`` (empty shapes, integer labels, non-finite values, half precision).
 
     Shape:
