@@ -17,19 +17,21 @@ See docs/objectives/conerank.md for the mathematics and the choices made.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 
 import torch
 from torch import nn
 
-from losses.cone_active_set import active_set_fold_in
+from losses.cone_active_set import active_set_fold_in, static_active_set_fold_in
 from losses.inputs import (
     check_labels_and_mask,
     compute_dtype,
     finite_label_mask,
     finite_scores,
     float_labels,
+    may_read_values,
     nan_for_nonfinite_scores,
     nonempty_lists,
 )
@@ -44,8 +46,11 @@ _WARNED_WIDE_BASIS = False
 
 
 def _warn_wide_basis(n_features: int, n_basis: int) -> None:
-    """K > F makes ``UᵀU`` singular: allowed (the projection point stays unique), warned once."""
+    """K > F makes ``UᵀU`` singular: allowed (the projection point stays unique), warned once
+    (by eager calls: a compiled graph cannot warn; ConeRank's constructor warns as well)."""
     global _WARNED_WIDE_BASIS
+    if torch.compiler.is_compiling():
+        return
     if n_basis > n_features and not _WARNED_WIDE_BASIS:
         _WARNED_WIDE_BASIS = True
         warnings.warn(
@@ -67,6 +72,7 @@ def _check_options(
     max_iter: int = 1,
     tol: float = 0.0,
     max_pairs_per_query: int | None = None,
+    static_iterations: int | None = None,
 ) -> None:
     """The one validation of the cone hyperparameters, shared by the function and the module."""
     if constraint not in CONSTRAINTS:
@@ -88,6 +94,14 @@ def _check_options(
         raise ValueError(f"tol must be >= 0, got {tol}")
     if max_pairs_per_query is not None and max_pairs_per_query < 1:
         raise ValueError(f"max_pairs_per_query must be >= 1 or None, got {max_pairs_per_query}")
+    if static_iterations is not None and (
+        isinstance(static_iterations, bool)
+        or not isinstance(static_iterations, int)
+        or static_iterations < 1
+    ):
+        raise ValueError(
+            f"static_iterations must be None or an int >= 1, got {static_iterations!r}"
+        )
 
 
 def project_simplex(values: torch.Tensor, total: float | torch.Tensor = 1.0) -> torch.Tensor:
@@ -140,6 +154,37 @@ def _rescale_mass(values: torch.Tensor, constraint: str, band: tuple[float, floa
     return torch.where(mass > 0, scaled, uniform)
 
 
+def _static_active_set_with_band(
+    gram: torch.Tensor,
+    linear: torch.Tensor,
+    constraint: str,
+    band: tuple[float, float],
+    tol: float,
+    iterations: int,
+    support: torch.Tensor | None,
+    full_rank: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_active_set_with_band` on static shapes: every face the band may need is solved for
+    every pair and the right one selected, with no host read."""
+    solve = lambda total, seed: static_active_set_fold_in(  # noqa: E731
+        gram, linear, total=total, tol=tol, iterations=iterations, full_rank=full_rank,
+        support=seed,
+    )[:2]  # fmt: skip
+    if constraint == "simplex":
+        return solve(1.0, support)
+    w, s = solve(None, support)
+    if constraint == "cone":
+        return w, s
+    lower, upper = band
+    mass = w.sum(dim=-1, keepdim=True)
+    for face_total, rows in ((upper, mass > upper), (lower, mass < lower)):
+        if face_total <= 0 or math.isinf(face_total):
+            continue
+        w_face, s_face = solve(face_total, s)
+        w, s = torch.where(rows, w_face, w), torch.where(rows, s_face, s)
+    return w, s
+
+
 def _active_set_with_band(
     gram: torch.Tensor,
     linear: torch.Tensor,
@@ -187,16 +232,22 @@ def _fold_in_k_space(
     check_every: int,
     support: torch.Tensor | None,
     solve_dtype: torch.dtype,
+    static_iterations: int | None = None,
+    full_rank: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The fold-in from ``G = UᵀU`` [K, K] and ``b = z U`` [N, K] alone (float64 inputs).
 
     The per-pair arithmetic runs in ``solve_dtype`` (the features' dtype, at least float32);
     the active set's face inverses in float64. Returns w [N, K] in float64 and its support.
+    ``static_iterations`` (the static path, see :class:`ConeLoss`): run exactly that many
+    active-set iterations, or ``max_iter`` iterative steps without a convergence check, and
+    read nothing on the host; ``full_rank`` then stands for the rank test of G.
     """
+    static = static_iterations is not None
     if solver != "active_set":
         w = _iterative_fold_in(
             gram.to(solve_dtype), linear.to(solve_dtype), constraint, band, solver,
-            max_iter, tol, check_every,
+            max_iter, 0.0 if static else tol, check_every,
         )  # fmt: skip
         return w.to(gram.dtype), w > 0
     if support is not None and tuple(support.shape) != tuple(linear.shape):
@@ -204,9 +255,15 @@ def _fold_in_k_space(
             f"support must be [N, K] = {list(linear.shape)} to warm-start the fold-in, got "
             f"shape {tuple(support.shape)}"
         )
-    w, support = _active_set_with_band(
-        gram, linear.to(solve_dtype), constraint, band, tol, max_iter, support
-    )
+    if static:
+        w, support = _static_active_set_with_band(
+            gram, linear.to(solve_dtype), constraint, band, tol, static_iterations, support,
+            full_rank,
+        )  # fmt: skip
+    else:
+        w, support = _active_set_with_band(
+            gram, linear.to(solve_dtype), constraint, band, tol, max_iter, support
+        )
     return w.to(gram.dtype), support
 
 
@@ -337,6 +394,7 @@ def cone_loss(
     max_iter: int = 500,
     tol: float = 1e-7,
     max_pairs_per_query: int | None = None,
+    static_iterations: int | None = None,
     generator: torch.Generator | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
@@ -360,6 +418,13 @@ def cone_loss(
     uniformly with replacement (:func:`losses.pairs.sample_pairs`, unbiased for the per-query
     mean): static shapes ``[B, P]``, memory ``O(B·P·F)``.
 
+    The static path: compiled (``torch.compile``) or on an accelerator the loss reads no tensor
+    value on the host (:func:`losses.inputs.may_read_values`). Every pair list has a static
+    shape (all pairs: the B·L² slot pairs, invalid ones weighted 0), and the active set runs
+    exactly ``static_iterations`` iterations for every pair (``None``: K + 2, enough for every
+    pair in our measurements) with converged pairs frozen, so the value equals the eager one.
+    The iterative solvers run ``max_iter`` steps without a convergence check there.
+
     Shape:
         features: [B, L, F] (padded rows may hold anything, NaN included); labels: [B, L];
         mask: [B, L] bool; basis: [F, K]. Returns [B] for ``reduction="none"``, else a scalar.
@@ -375,7 +440,8 @@ def cone_loss(
     loss, _ = _cone_loss_and_support(
         features, labels, mask, basis, alpha=alpha, rho=rho, constraint=constraint,
         weighting=weighting, band=band, solver=solver, max_iter=max_iter, tol=tol,
-        max_pairs_per_query=max_pairs_per_query, generator=generator, reduction=reduction,
+        max_pairs_per_query=max_pairs_per_query, static_iterations=static_iterations,
+        generator=generator, reduction=reduction,
     )  # fmt: skip
     return loss
 
@@ -428,6 +494,7 @@ def _cone_loss_and_support(
     max_pairs_per_query: int | None,
     generator: torch.Generator | None,
     reduction: str,
+    static_iterations: int | None = None,
     warm_support: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`cone_loss` and the supports of its pairs' fold-ins (a warm start's seed)."""
@@ -448,7 +515,7 @@ def _cone_loss_and_support(
         )
     _check_options(
         constraint, weighting, solver, band, alpha=alpha, rho=rho,
-        max_pairs_per_query=max_pairs_per_query,
+        max_pairs_per_query=max_pairs_per_query, static_iterations=static_iterations,
     )  # fmt: skip
     check_reduction(reduction)
     n_features = features.shape[-1]
@@ -458,7 +525,13 @@ def _cone_loss_and_support(
     # their query, half precision computed in float32 (autocast off: the fold-in needs it)
     features, labels, mask = nonempty_lists(features, labels, mask)
     dtype = compute_dtype(features.dtype)
-    with torch.autocast(features.device.type, enabled=False):
+    device_type = features.device.type
+    no_autocast = (
+        torch.autocast(device_type, enabled=False)
+        if torch.amp.is_autocast_available(device_type)
+        else contextlib.nullcontext()  # e.g. the meta device, which has no autocast
+    )
+    with no_autocast:
         features, basis = features.to(dtype), basis.to(dtype)
         labels = float_labels(labels, dtype)
         mask = finite_label_mask(labels, mask)
@@ -466,8 +539,20 @@ def _cone_loss_and_support(
             features, labels, mask, basis, alpha=alpha, rho=rho, constraint=constraint,
             weighting=weighting, band=band, solver=solver, max_iter=max_iter, tol=tol,
             max_pairs_per_query=max_pairs_per_query, generator=generator, reduction=reduction,
-            warm_support=warm_support,
+            static_iterations=static_iterations, warm_support=warm_support,
         )  # fmt: skip
+
+
+def _static_iterations(basis: torch.Tensor) -> int:
+    """The static path's default active-set iterations for a basis of K columns: K + 2.
+
+    No row can leave the batch there, so every row runs them all. From the projected-Newton
+    seed the eager solver's rows needed at most 5 (simplex) and 11 (cone) iterations with
+    K = 10 and 22 (cone) with K = 20 in MQ2008 and synthetic training (see
+    docs/objectives/conerank.md#the-static-path); a row that needs more keeps a feasible point,
+    an upper bound on its distance.
+    """
+    return basis.shape[1] + 2
 
 
 def _cone_terms(
@@ -487,6 +572,7 @@ def _cone_terms(
     max_pairs_per_query: int | None,
     generator: torch.Generator | None,
     reduction: str,
+    static_iterations: int | None,
     warm_support: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The loss on checked inputs in their compute dtype (see :func:`cone_loss`)."""
@@ -494,7 +580,16 @@ def _cone_terms(
     # difference or a gradient; a non-finite feature makes its query NaN at the end
     real_labels = torch.where(mask, labels, torch.zeros_like(labels))
     x = finite_scores(features, mask)
-    if max_pairs_per_query is None:
+    static = not may_read_values(features)
+    batch, length = features.shape[:2]
+    if max_pairs_per_query is None and static:
+        # every ordered pair of slots, invalid ones weighted 0: B·L² pairs, a static shape
+        pref = preference_mask(labels, mask)  # [B, L, L]
+        grid = torch.arange(batch * length * length, device=features.device)
+        query, high, low = grid // (length * length), grid // length % length, grid % length
+        counts = pref.sum(dim=(1, 2))
+        pair_valid = pref.reshape(-1)
+    elif max_pairs_per_query is None:
         pref = preference_mask(labels, mask)  # [B, L, L]
         query, high, low = torch.where(pref)  # the flat pair list (dynamic length)
         counts = pref.sum(dim=(1, 2))
@@ -513,7 +608,6 @@ def _cone_terms(
     # come from the cheaper of two exact routes (see _pair_geometry).
     exact = torch.float64
     basis64 = basis.to(exact)
-    length = features.shape[1]
     flat_high, flat_low = query * length + high, query * length + low  # rows of [B·L, ·]
     squared, projected = _pair_geometry(x, basis, flat_high, flat_low)
     norm = torch.where(squared > 0, torch.where(squared > 0, squared, 1.0).sqrt(), 0.0)
@@ -526,6 +620,8 @@ def _cone_terms(
         gram.detach(), linear.detach(), constraint=constraint, band=band, solver=solver,
         max_iter=max_iter, tol=tol, check_every=10, support=warm_support,
         solve_dtype=torch.promote_types(features.dtype, torch.float32),
+        static_iterations=(static_iterations or _static_iterations(basis)) if static else None,
+        full_rank=basis.shape[1] <= basis.shape[0],
     )  # fmt: skip
     # w* fixed: the gradient is the Danskin gradient 2(z̃ − Uw*) through z̃ and U
     distance = scale.pow(2) * squared - 2.0 * (linear * w).sum(-1) + ((w @ gram) * w).sum(-1)
@@ -574,6 +670,7 @@ class ConeLoss(nn.Module):
         max_iter: int = 500,
         tol: float = 1e-7,
         max_pairs_per_query: int | None = None,
+        static_iterations: int | None = None,
         warm_start: bool = False,
         reduction: str = "mean",
     ) -> None:
@@ -581,9 +678,10 @@ class ConeLoss(nn.Module):
         band = (float(band[0]), float(band[1]))
         _check_options(
             constraint, weighting, solver, band, alpha=alpha, rho=rho, max_iter=max_iter,
-            tol=tol, max_pairs_per_query=max_pairs_per_query,
+            tol=tol, max_pairs_per_query=max_pairs_per_query, static_iterations=static_iterations,
         )  # fmt: skip
         check_reduction(reduction)
+        self.static_iterations = static_iterations
         self.alpha, self.rho, self.constraint, self.weighting = alpha, rho, constraint, weighting
         self.band, self.solver, self.max_iter, self.tol = band, solver, max_iter, tol
         self.max_pairs_per_query, self.reduction = max_pairs_per_query, reduction
@@ -599,7 +697,8 @@ class ConeLoss(nn.Module):
             constraint=self.constraint, weighting=self.weighting, band=self.band,
             solver=self.solver, max_iter=self.max_iter, tol=self.tol,
             max_pairs_per_query=self.max_pairs_per_query, generator=None,
-            reduction=self.reduction, warm_support=seed,
+            reduction=self.reduction, static_iterations=self.static_iterations,
+            warm_support=seed,
         )  # fmt: skip
         if self.warm_start and self.solver == "active_set":
             self._support = support

@@ -1,12 +1,16 @@
 """ConvexLoss and its relatives: conditional models over rankings (Dubey, Machchhar, Bhattacharyya,
-Chakrabarti, "Conditional Models for Non-smooth Ranking Loss Functions", ICDM 2009; SPEC §5)."""
+Chakrabarti, "Conditional Models for Non-smooth Ranking Loss Functions", ICDM 2009;
+docs/objectives/convex.md)."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from losses.hinge import NUM_LEVELS
 from losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
 from losses.pairs import preference_mask, valid_queries
 from losses.ranking_sampler import (
@@ -38,6 +42,7 @@ def check_convex_options(
     accept: str,
     ndcg_k: int | None,
     num_chains: int | None,
+    num_levels: int = NUM_LEVELS,
 ) -> None:
     """Raise a ValueError naming the first bad hyperparameter of :func:`convex_loss`."""
     for name, value, allowed in (
@@ -48,7 +53,11 @@ def check_convex_options(
     ):
         if value not in allowed:
             raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
-    for name, value in (("num_samples", num_samples), ("walk_length", walk_length)):
+    for name, value in (
+        ("num_samples", num_samples),
+        ("walk_length", walk_length),
+        ("num_levels", num_levels),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     if num_chains is not None and (not isinstance(num_chains, int) or num_chains < 1):
@@ -59,7 +68,8 @@ def check_convex_options(
         raise ValueError(f"restart_skew must be a finite number, got {restart_skew!r}")
     if space == "pairs" and (delta != "auc" or objective == "expgain"):
         raise ValueError(
-            'space="pairs" (the closed form of SPEC §5.4) needs delta="auc" and objective '
+            'space="pairs" (the closed form of docs/objectives/convex.md#the-pairs-closed-form) '
+            'needs delta="auc" and objective '
             f'"convex" or "mle", got delta={delta!r}, objective={objective!r}'
         )
 
@@ -81,13 +91,16 @@ def convex_loss(
     accept: str = "metropolis",
     ndcg_k: int | None = None,
     num_chains: int | None = None,
+    num_levels: int = NUM_LEVELS,
 ) -> torch.Tensor:
     """ConvexLoss (slides eq. 5): ``L_q = log Σ_y exp(Δ_q(y) - w·δφ_q(y))``, y a permutation.
 
-    With the φ_po feature map the exponent is ``E(y) = Δ(y) + c(y)·s`` (SPEC §5.2): Δ ∈ {auc,
+    With the φ_po feature map the exponent is ``E(y) = Δ(y) + c(y)·s``
+    (docs/objectives/convex.md#the-loss): Δ ∈ {auc,
     map, ndcg} (ndcg: gain 2^label - 1, discount 1/log2(1 + rank), full list unless ``ndcg_k``)
     and ``c_i(y) = (2/|P|)(#higher-labelled docs below i - #lower-labelled docs above i)``.
-    The sum over all n! permutations is replaced by the set-LSE estimator of SPEC §5.5 over the
+    The sum over all n! permutations is replaced by the set-LSE estimator of
+    docs/objectives/convex.md#the-sampled-estimator over the
     distinct sampled orders ∪ {ideal order}: deterministic given the samples, convex in s, an
     exact gradient (the softmax-weighted mean of c), and a lower bound ``0 <= L̂_q <= L_q`` that
     is exact once every order is in the set. Samples come from ``samples`` or from the restarted
@@ -96,11 +109,21 @@ def convex_loss(
     Options beyond the contract:
 
     * ``space="pairs"`` (needs ``delta="auc"``): the exact closed form over the pair-sign space
-      ``{±1}^{|P|}`` (SPEC §5.4), ``Σ_P softplus((1 - 2(s_i - s_j))/|P|)``; no sampling.
+      ``{±1}^{|P|}`` (docs/objectives/convex.md#the-pairs-closed-form), ``Σ_P softplus((1 - 2(s_i -
+      s_j))/|P|)``; no sampling.
     * ``objective="mle"``: slides eq. 2, ``log Σ_y exp(-w·δφ(y))`` (Δ ≡ 0); ``"expgain"``: the
       non-convex ``-log Σ_y Pr(y|x; w)·(1 - Δ(y))`` over the same set (Pr normalised on the
       set). Both sample from the model distribution exp(c·s).
     * ``accept="all"``: a plain random walk; ``num_chains``: chains per query (default S/T).
+
+    Static path (the host-read rule of ``losses.inputs``): on the CPU eager path the label-level
+    tables are sized by the levels present (one host read, no bound). Compiled or on an
+    accelerator nothing reads a tensor value on the host: the tables are sized by ``num_levels``
+    (the most distinct labels per query; 5 covers LETOR 4.0 and MSLR), and a query with more
+    distinct labels gets a NaN loss (other queries are unaffected). Extra empty levels change no
+    result, so both paths agree where both apply. Without ``generator`` the sampler draws from
+    the global RNG, which is what a compiled call must use (a ``torch.Generator`` cannot enter a
+    ``fullgraph`` graph): reproducible through ``torch.manual_seed``.
 
     Shape:
         scores, labels, mask: [B, L]; samples: int64 [B, S, L] orders (row s lists document
@@ -129,6 +152,7 @@ def convex_loss(
         accept=accept,
         ndcg_k=ndcg_k,
         num_chains=num_chains,
+        num_levels=num_levels,
     )
     # the input rule of losses.inputs: empty lists, any label dtype, non-finite labels drop
     # their query, half precision in float32, non-finite scores give their query NaN
@@ -142,7 +166,9 @@ def convex_loss(
         return reduce_queries(
             nan_for_nonfinite_scores(per_query, raw, mask, valid), valid, reduction
         )
-    tables = query_tables(labels, mask, delta=delta, ndcg_k=ndcg_k, dtype=raw.dtype)
+    tables = query_tables(
+        labels, mask, delta=delta, ndcg_k=ndcg_k, dtype=raw.dtype, num_levels=num_levels
+    )
     if samples is None:
         sampled = run_sampler(
             safe.detach(),
@@ -165,6 +191,8 @@ def convex_loss(
         sampled = sample_constants(samples.to(scores.device), tables)
     ideal_hash = order_hashes(tables.ideal.unsqueeze(1), tables)  # [B, 1]
     per_query = set_log_sum_exp(safe, sampled, ideal_hash, objective)
+    # static path: a query over num_levels had its levels cut, its value is meaningless
+    per_query = torch.where(tables.overflow, torch.full_like(per_query, math.nan), per_query)
     return reduce_queries(nan_for_nonfinite_scores(per_query, raw, mask, valid), valid, reduction)
 
 
@@ -178,7 +206,8 @@ def sample_constants(orders: torch.Tensor, tables: QueryTables) -> SampleSet:
 def set_log_sum_exp(
     scores: torch.Tensor, sampled: SampleSet, ideal_hash: torch.Tensor, objective: str
 ) -> torch.Tensor:
-    """Per-query set-LSE over the distinct sampled orders ∪ {ideal}, [B] (SPEC §5.5).
+    """Per-query set-LSE over the distinct sampled orders ∪ {ideal}, [B]
+    (docs/objectives/convex.md#the-sampled-estimator).
 
     The ideal order has Δ = 0 and c = 0, so its term is exp(0) (gain 1 for ExpGain); it enters
     as a constant column, and samples equal to it are dropped like any other duplicate.
@@ -207,7 +236,8 @@ def set_log_sum_exp(
 def _pair_space(
     scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, objective: str
 ) -> torch.Tensor:
-    """Exact LSE over pair signs y ∈ {±1}^P with Δ = AUC (SPEC §5.4); it factorises per pair:
+    """Exact LSE over pair signs y ∈ {±1}^P with Δ = AUC
+    (docs/objectives/convex.md#the-pairs-closed-form); it factorises per pair:
     ``Σ_P softplus((1 - 2d_ij)/|P|)`` (MLE: ``Σ_P softplus(-2d_ij/|P|)``), [B]."""
     preferred = preference_mask(labels, mask)
     count = preferred.sum((-1, -2)).clamp(min=1).to(scores.dtype)[:, None, None]
@@ -220,7 +250,8 @@ def _pair_space(
 class ConvexLoss(nn.Module):
     """Module form of :func:`convex_loss` with a sample refresh policy.
 
-    ``refresh="step"`` (default, SPEC A18) draws fresh samples at every call. ``refresh="epoch"``
+    ``refresh="step"`` (default, docs/objectives/convex.md#sample-refresh) draws fresh samples at
+    every call. ``refresh="epoch"``
     draws a query's samples at its first call in an epoch and reuses them until the next epoch,
     so every evaluation inside an epoch (e.g. an L-BFGS line search) sees the same deterministic
     objective. Queries are keyed by ``qid`` when given, else by their mask and real labels
@@ -228,6 +259,15 @@ class ConvexLoss(nn.Module):
     A new epoch starts at :meth:`next_epoch` or whenever the module goes back to training mode
     (Lightning validates in eval mode between training epochs). ``seed`` makes the module's
     own sample stream reproducible.
+
+    Compiled (``torch.compile``), the module keeps no Python state per call: the per-query
+    sample cache of ``refresh="epoch"`` is skipped (every call draws fresh samples, as with
+    ``refresh="step"``; pass ``samples`` to fix them), and ``seed`` does not apply (a
+    ``torch.Generator`` cannot enter a ``fullgraph`` graph): samples come from the global RNG,
+    reproducible through ``torch.manual_seed`` (with ``backend="aot_eager"`` they are the draws
+    an eager call with ``seed=None`` makes after the same ``torch.manual_seed``). Eager calls,
+    on any device, keep the seeded stream and the cache (opt-in; its lookup reads qids, or mask
+    and label rows, on the host); ``num_levels`` is as in :func:`convex_loss`.
     """
 
     def __init__(
@@ -243,6 +283,7 @@ class ConvexLoss(nn.Module):
         accept: str = "metropolis",
         ndcg_k: int | None = None,
         num_chains: int | None = None,
+        num_levels: int = NUM_LEVELS,
         refresh: str = "step",
         seed: int | None = None,
     ) -> None:
@@ -258,6 +299,7 @@ class ConvexLoss(nn.Module):
             accept=accept,
             ndcg_k=ndcg_k,
             num_chains=num_chains,
+            num_levels=num_levels,
         )
         if refresh not in REFRESHES:
             raise ValueError(f"refresh must be one of {REFRESHES}, got {refresh!r}")
@@ -272,6 +314,7 @@ class ConvexLoss(nn.Module):
             accept=accept,
             ndcg_k=ndcg_k,
             num_chains=num_chains,
+            num_levels=num_levels,
         )
         self.refresh = refresh
         self.seed = seed
@@ -299,7 +342,13 @@ class ConvexLoss(nn.Module):
         qid: torch.Tensor | None = None,
         samples: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        if samples is None and self.refresh == "epoch" and self.options["space"] != "pairs":
+        compiling = torch.compiler.is_compiling()
+        if (
+            samples is None
+            and self.refresh == "epoch"
+            and self.options["space"] != "pairs"
+            and not compiling  # the cache is Python state keyed by host-read qids
+        ):
             samples = self._samples(scores, labels, mask, qid)
         return convex_loss(
             scores,
@@ -311,14 +360,15 @@ class ConvexLoss(nn.Module):
         )
 
     def _generator(self, device: torch.device) -> torch.Generator | None:
-        if self.seed is None:
+        # compiled: the global RNG (a Generator object breaks a fullgraph trace)
+        if self.seed is None or torch.compiler.is_compiling():
             return None
         if self.generator is None or self.generator.device != torch.device(device):
             self.generator = torch.Generator(device=device).manual_seed(self.seed)
         return self.generator
 
     def _draw(self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        skip = ("reduction", "space", "ndcg_k", "objective", "delta")
+        skip = ("reduction", "space", "ndcg_k", "objective", "delta", "num_levels")
         options = {k: v for k, v in self.options.items() if k not in skip}
         tables = query_tables(
             labels,
@@ -326,6 +376,7 @@ class ConvexLoss(nn.Module):
             delta=self.options["delta"],
             ndcg_k=self.options["ndcg_k"],
             dtype=scores.dtype,
+            num_levels=self.options["num_levels"],
         )
         safe = torch.where(mask, scores, torch.zeros_like(scores)).detach()
         target = "convex" if self.options["objective"] == "convex" else "model"

@@ -1,7 +1,8 @@
 """Structured NDCG@k hinge (large-margin structured ranking; Chapelle, Le & Smola 2007).
 
 Paper: "Large Margin Optimization of Ranking Measures" (NIPS 2007 workshop), as reproduced in the
-report ``papers/large-margin-structured-ranking.txt`` (eqs. 3, 8–12); maths in SPEC §4, A12–A13.
+report *Large margin structured ranking* (eqs. 3, 8–12); the mathematics and the interpretations
+chosen are in docs/objectives/hinge.md.
 """
 
 from __future__ import annotations
@@ -93,7 +94,8 @@ def structured_hinge_loss(
     num_levels: int = NUM_LEVELS,
     reduction: str = "mean",
 ) -> torch.Tensor:
-    """Margin-rescaled structured hinge for ``Δ = 1 − NDCG@k`` (SPEC §4.2, report eq. 11).
+    """Margin-rescaled structured hinge for ``Δ = 1 − NDCG@k`` (docs/objectives/hinge.md#the-loss,
+    report eq. 11).
 
     ``ξ_q = max_y [Δ_q(y) + Σ_i A(y_i) s_i] − Σ_i A(y*_i) s_i`` with ``A(r) = max(k + 1 − r, 0)``,
     gains ``2^label − 1`` and discount ``1/log2(1 + r)`` (A13). ``y*`` is the correct ranking
@@ -176,11 +178,12 @@ class StructuredHingeLoss(nn.Module):
             k=self.k,
             ystar=self.ystar,
             solver=self.solver,
+            num_levels=self.num_levels,
             reduction=self.reduction,
         )
 
     def extra_repr(self) -> str:
         return (
             f"k={self.k}, ystar={self.ystar!r}, solver={self.solver!r}, "
-            f"reduction={self.reduction!r}"
+            f"num_levels={self.num_levels}, reduction={self.reduction!r}"
         )

@@ -1,7 +1,8 @@
 """Preference pairs by broadcasting, pair differences and bounded pair sampling (no Python loops).
 
 A preference pair of a query is an ordered pair of real documents ``(i, j)`` with
-``label_i > label_j`` (strict: ties make no pair, SPEC §1). Padded slots may hold any label,
+``label_i > label_j`` (strict: ties make no pair, docs/architecture.md#validity-and-reduction).
+Padded slots may hold any label,
 NaN included; the mask is authoritative.
 """
 
@@ -43,7 +44,8 @@ def preference_mask(labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def valid_queries(labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``[B]`` bool: the query's real documents carry at least two distinct labels (SPEC §1).
+    """``[B]`` bool: the query's real documents carry at least two distinct labels
+    (docs/architecture.md#validity-and-reduction).
 
     Computed in O(B·L) without the [B, L, L] mask.
     """
@@ -71,6 +73,16 @@ def pair_differences(values: torch.Tensor, high: torch.Tensor, low: torch.Tensor
     width = values.shape[-1]
     gather = lambda index: values.gather(1, index.unsqueeze(-1).expand(-1, -1, width))  # noqa: E731
     return gather(high) - gather(low)
+
+
+def random_options(generator: torch.Generator | None, device: torch.device) -> dict:
+    """Keyword arguments of a ``torch.rand``/``torch.randint`` draw on ``device`` from
+    ``generator``, or from the global RNG when it is None.
+
+    ``generator=None`` is left out rather than passed: under ``torch.compile`` with dynamic
+    shapes the explicit ``generator`` overload does not accept symbolic sizes.
+    """
+    return {"device": device} if generator is None else {"device": device, "generator": generator}
 
 
 def sample_pairs(
@@ -108,7 +120,7 @@ def sample_pairs(
     below = pair_counts(labels, mask)  # [B, L]
     ends = below.cumsum(dim=-1)  # pair numbers [ends_i - below_i, ends_i) belong to document i
     total = ends[:, -1:]  # [B, 1]
-    uniform = torch.rand(batch, num_pairs, generator=generator, device=labels.device)
+    uniform = torch.rand(batch, num_pairs, **random_options(generator, labels.device))
     number = (uniform * total).long().clamp(max=(total - 1).clamp(min=0))
     high = torch.searchsorted(ends, number, side="right").clamp(max=labels.shape[1] - 1)
     rank_of_low = number - (ends.gather(1, high) - below.gather(1, high))

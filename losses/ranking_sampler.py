@@ -1,4 +1,5 @@
-"""Orderings of a query's documents (SPEC §5): their loss Δ, their φ_po coefficients, and the
+"""Orderings of a query's documents (docs/objectives/convex.md): their loss Δ, their φ_po
+coefficients, and the
 batched MCMC swap sampler behind the conditional-model objectives (Dubey et al., ICDM 2009).
 
 An *order* is an int64 row ``[L]`` of document slots from rank 1 down: the query's ``n`` real
@@ -6,7 +7,13 @@ documents first, padded slots after (padding never enters positions ``0..n-1``).
 is batched over ``[B, S, L]`` orders without loops over queries, orders or chains; the only
 Python loops are the sampler's step loop and a loop over the few distinct label levels.
 
-Energy of an order y (SPEC §5.2): ``E(y) = Δ(y) + c(y)·s`` with
+Host reads follow the rule of ``losses.inputs``: on the CPU eager path :func:`query_tables` reads
+the number of label levels from the labels; given ``num_levels`` and compiled or on an
+accelerator it takes that bound instead, so nothing here reads a tensor value on the host and
+every shape comes from hyperparameters or input shapes (``torch.compile(fullgraph=True)`` works).
+Randomness comes from ``generator`` or, with ``generator=None``, the global RNG.
+
+Energy of an order y (docs/objectives/convex.md#the-loss): ``E(y) = Δ(y) + c(y)·s`` with
 ``c_i(y) = (2/|P|)(#{higher-labelled docs below i} - #{lower-labelled docs above i})``.
 """
 
@@ -17,7 +24,8 @@ from typing import NamedTuple
 
 import torch
 
-from losses.pairs import sample_pairs
+from losses.inputs import may_read_values
+from losses.pairs import random_options, sample_pairs
 
 DELTAS = ("auc", "map", "ndcg")
 ACCEPTS = ("metropolis", "all")
@@ -29,7 +37,7 @@ class QueryTables(NamedTuple):
 
     mask: torch.Tensor  # [B, L] bool
     levels: torch.Tensor  # [B, L] int64: dense rank of the label within its query (0 at padding)
-    num_levels: int  # G: 1 + the largest level in the batch
+    num_levels: int  # G: 1 + the largest level in the batch, or the num_levels bound (static)
     higher_total: torch.Tensor  # [B, G] int64: real docs labelled above level g
     count: torch.Tensor  # [B] int64: n, the number of real documents
     pairs: torch.Tensor  # [B] float: |P| (clamped to >= 1 so it can divide)
@@ -40,6 +48,7 @@ class QueryTables(NamedTuple):
     num_relevant: torch.Tensor  # [B] float
     ideal: torch.Tensor  # [B, L] int64: label descending, ties by slot index, padding after
     delta: str
+    overflow: torch.Tensor  # [B] bool: more distinct labels than G (static path only; levels cut)
 
 
 def query_tables(
@@ -49,8 +58,17 @@ def query_tables(
     delta: str = "ndcg",
     ndcg_k: int | None = None,
     dtype: torch.dtype = torch.float32,
+    num_levels: int | None = None,
 ) -> QueryTables:
-    """Precompute the per-query constants (one host sync: the number of label levels)."""
+    """Precompute the per-query constants.
+
+    The level count G sizes the per-level tables and loops. With ``num_levels=None``, or on the
+    CPU eager path (:func:`~losses.inputs.may_read_values`), G is read from the labels (one host
+    read; no bound). Otherwise (compiled or on an accelerator) G = ``num_levels``, with no host
+    read: a query with more distinct labels has its levels cut to ``num_levels - 1`` (its tables
+    stay in range but are wrong) and is flagged in ``overflow``, and the caller must discard its
+    result (ConvexLoss makes it NaN). Extra empty levels change no result.
+    """
     batch, length = labels.shape
     device = labels.device
     real = torch.where(mask, labels, torch.zeros_like(labels)).to(dtype)
@@ -61,7 +79,12 @@ def query_tables(
     step[:, 1:] = (sorted_labels[:, 1:] != sorted_labels[:, :-1]).long()
     levels = torch.zeros_like(sort_index).scatter(-1, sort_index, step.cumsum(-1))
     levels = torch.where(mask, levels, torch.zeros_like(levels))
-    num_levels = int(levels.max()) + 1 if levels.numel() else 1
+    overflow = torch.zeros(batch, dtype=torch.bool, device=device)
+    if num_levels is None or may_read_values(levels):
+        num_levels = int(levels.max()) + 1 if levels.numel() else 1
+    else:  # static: G from the hyperparameter, no host read
+        overflow = (levels >= num_levels).any(-1)
+        levels = levels.clamp(max=num_levels - 1)
     per_level = torch.zeros(batch, num_levels, dtype=torch.long, device=device)
     per_level.scatter_add_(1, levels, mask.long())
     count = mask.sum(-1)
@@ -90,6 +113,7 @@ def query_tables(
         relevant.sum(-1),
         ideal,
         delta,
+        overflow,
     )
 
 
@@ -134,7 +158,7 @@ def position_counts(
 def order_deltas(
     order: torch.Tensor, tables: QueryTables, lower_before: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Δ(y) in [0, 1] of every order ``[B, S, L]`` -> ``[B, S]`` (SPEC §5.3).
+    """Δ(y) in [0, 1] of every order ``[B, S, L]`` -> ``[B, S]`` (docs/objectives/convex.md#deltas).
 
     auc: inverted preference pairs / |P|; map: 1 - AP (relevance label > 0); ndcg: 1 - NDCG@k
     with gain 2^label - 1 and discount 1/log2(1 + rank). Queries where the measure is undefined
@@ -166,7 +190,7 @@ def _map_delta(relevant_at: torch.Tensor, num_relevant: torch.Tensor) -> torch.T
 
 def order_constants(order: torch.Tensor, tables: QueryTables) -> tuple[torch.Tensor, torch.Tensor]:
     """Δ ``[B, S]`` and the coefficients c ``[B, S, L]`` (indexed by document slot, 0 at padding)
-    of every order, so that ``E(y) = Δ(y) + c(y)·s`` (SPEC §5.2)."""
+    of every order, so that ``E(y) = Δ(y) + c(y)·s`` (docs/objectives/convex.md#the-loss)."""
     higher_after, lower_before, _ = position_counts(order, tables)
     real = _real_positions(tables, order.shape[-1])
     scale = (2.0 / tables.pairs)[:, None, None]
@@ -177,11 +201,33 @@ def order_constants(order: torch.Tensor, tables: QueryTables) -> tuple[torch.Ten
     return order_deltas(order, tables, lower_before), coefficients
 
 
+_MASK32 = (1 << 32) - 1
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash (xor-shift-multiply) of int64 values in ``[0, 2^32)``.
+
+    Every product stays below 2^63 and every shifted value is non-negative, so int64 arithmetic
+    is exact on any device and compiler (no wrap-around, arithmetic = logical shift).
+    """
+    for _ in range(2):
+        x = ((x >> 16) ^ x) * 0x45D9F3B & _MASK32
+    return (x >> 16) ^ x
+
+
 def _hash_coefficients(length: int, device: torch.device) -> torch.Tensor:
-    """Fixed random int64 weights ``[L]``, bounded so ``Σ_p order[p]·R[p]`` is exact in int64."""
+    """Fixed pseudo-random int64 weights ``[L]`` in ``[1, limit)``, bounded so that
+    ``Σ_p order[p]·R[p]`` is exact in int64.
+
+    A hash of the position computed with tensor ops on ``device``: no generator object and no
+    host-to-device copy, so it compiles (any ``length``, symbolic too) and runs on meta. The
+    position only gets a small offset before the mix: inductor folds affine arithmetic on an
+    ``arange`` into an int32 index expression, where large constants do not fit.
+    """
     limit = max(2, (1 << 62) // max(1, length * length))
-    generator = torch.Generator().manual_seed(20091206)
-    return torch.randint(1, limit, (length,), generator=generator).to(device)
+    position = torch.arange(length, device=device, dtype=torch.int64)
+    high, low = _mix32(position + 20091206), _mix32(position + 1206)
+    return ((high << 30) ^ low) % (limit - 1) + 1
 
 
 def order_hashes(order: torch.Tensor, tables: QueryTables) -> torch.Tensor:
@@ -301,7 +347,7 @@ def _shuffle(
     device, small = walk.level.device, walk.positions.dtype
     top = (1 << 31) - 1 - length  # real keys below it, padded slots above it in slot order
     noise = torch.randint(
-        0, top, (batch, chains, length), generator=generator, device=device, dtype=torch.int32
+        0, top, (batch, chains, length), dtype=torch.int32, **random_options(generator, device)
     )
     slots = torch.arange(length, device=device, dtype=torch.int32)
     keys = torch.where(walk.real_slots.bool(), noise, top + slots)
@@ -382,7 +428,8 @@ def run_sampler(
     generator: torch.Generator | None = None,
     keep_orders: bool = True,
 ) -> SampleSet:
-    """Draw ``num_samples`` orders per query by restarted swap-Metropolis walks (SPEC §5.5–5.6).
+    """Draw ``num_samples`` orders per query by restarted swap-Metropolis walks
+    (docs/objectives/convex.md#the-mcmc-swap-sampler).
 
     C chains per query (default ``ceil(S / T)``, i.e. one walk each) run in lock-step. Every
     ``walk_length`` (T) steps each chain restarts from one of three seeds (ideal with random
@@ -425,7 +472,7 @@ def run_sampler(
         tables.levels.to(dtype), tables.mask, steps * chains, generator=generator
     )
     first, second = first.view(batch, steps, chains), second.view(batch, steps, chains)
-    log_uniform = torch.rand(steps, batch, chains, generator=generator, device=device).log()
+    log_uniform = torch.rand(steps, batch, chains, **random_options(generator, device)).log()
     walk = _walk_tables(tables, scores)
     counts = torch.empty(batch, chains, steps, length, dtype=dtype, device=device)
     placed = torch.empty_like(counts) if keep_orders else None  # each slot's position
@@ -476,7 +523,7 @@ def _restart(
     deltas = torch.stack(
         [torch.zeros_like(shuffled), shuffled, walk.reversed_delta.expand(batch, chains)]
     )
-    uniform = torch.rand(3, batch, chains, generator=generator, device=order.device)
+    uniform = torch.rand(3, batch, chains, **random_options(generator, order.device))
     gumbel = -torch.log(-torch.log(uniform.clamp(min=1e-12)))
     choice = (restart_skew * deltas.to(gumbel.dtype) + gumbel).argmax(0)  # [B, C]
     target = _arrange(walk, rank, at_level, choice)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from losses import (
+    ConvexLoss,
     DominationLoss,
     ListNetLoss,
     RankNetLoss,
@@ -19,6 +20,7 @@ LOSSES = {
     "listnet": ListNetLoss,
     "domination": DominationLoss,
     "hinge": StructuredHingeLoss,
+    "convex": ConvexLoss,
 }
 
 
@@ -35,6 +37,9 @@ def batch(dtype=torch.float64, batch_size=3, length=6, seed=0):
 
 
 def forward_backward(loss, scores, labels, mask):
+    """Value and score gradient; the global RNG seeded, so ConvexLoss draws the same samples
+    eagerly and compiled (aot_eager keeps eager's random stream)."""
+    torch.manual_seed(0)
     leaf = scores.detach().clone().requires_grad_(True)
     value = loss(leaf, labels, mask)
     value.backward()
@@ -59,7 +64,8 @@ def test_default_loss_compiles_fullgraph_and_matches_eager(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", LOSSES)
+# ConvexLoss is left out: inductor draws its samples from its own random stream
+@pytest.mark.parametrize("name", [name for name in LOSSES if name != "convex"])
 def test_default_loss_compiles_with_inductor(name):
     check_compiled_matches_eager(name, "inductor")
 

@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from losses import DominationLoss, ListNetLoss, RankNetLoss, StructuredHingeLoss
+from losses import (
+    ConeLoss,
+    ConvexLoss,
+    DominationLoss,
+    ListNetLoss,
+    RankNetLoss,
+    StructuredHingeLoss,
+)
+from rankers.conerank import ConeRank
 from rankers.linear import LinearRanker
 from tests.conftest import ROOT
 
@@ -22,6 +30,7 @@ LOSSES = {
     "listnet": ListNetLoss,
     "domination": DominationLoss,
     "hinge": StructuredHingeLoss,
+    "convex": ConvexLoss,
 }
 OBJECTIVES = sorted(path.stem for path in (ROOT / "conf" / "objective").glob("*.yaml"))
 
@@ -92,6 +101,54 @@ def test_training_step_makes_no_device_sync(name):
         optimizer.step()
 
     step()  # warm-up: lazy CUDA init, the DP's tables copied to the device once
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+
+
+CONE_OPTIONS = {"all pairs": {}, "64 pairs per query": {"max_pairs_per_query": 64}}
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16])
+def test_cone_loss_on_cuda_equals_cpu(dtype):
+    """CUDA takes the static path (all B·L² slot pairs, a fixed number of active-set
+    iterations), the CPU the eager one: the same loss and gradients."""
+    _, labels, mask, features = batch(dtype, n_features=16)
+    basis = ConeRank(16, n_basis=10, seed=0).basis.detach().to(dtype)
+
+    def value_and_grads(device):
+        leaf = features.to(device).requires_grad_(True)
+        base = basis.to(device).requires_grad_(True)
+        value = ConeLoss()(leaf, labels.to(device), mask.to(device), base)
+        value.backward()
+        return value.detach().cpu(), leaf.grad.cpu(), base.grad.cpu()
+
+    cpu, cuda = value_and_grads("cpu"), value_and_grads("cuda")
+    tolerance = 1e-9 if dtype == torch.float64 else 1e-3
+    torch.testing.assert_close(cuda, cpu, rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("options", CONE_OPTIONS.values(), ids=CONE_OPTIONS.keys())
+def test_cone_training_step_makes_no_device_sync(options):
+    """ConeRank's step (encode, loss, backward, SGD, the basis' norm constraint) under sync
+    debug "error"."""
+    _, labels, mask, features = batch(torch.float32, n_features=16)
+    features, labels, mask = features.cuda(), labels.cuda(), mask.cuda()
+    ranker = ConeRank(16, n_basis=10, seed=0).cuda()
+    loss = ConeLoss(**options).cuda()
+    optimizer = torch.optim.SGD(ranker.parameters(), lr=0.05)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss(ranker.loss_target(features), labels, mask, **ranker.loss_inputs()).backward()
+        optimizer.step()
+        ranker.constrain()
+
+    step()
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
