@@ -42,7 +42,7 @@ from rich.table import Table
 
 from datamodules.download import data_home
 from rankers.evaluate import evaluate_arrays
-from rankers.export import Scorer, export_onnx, export_torchscript, write_trec_run
+from rankers.export import export_onnx, export_torchscript, serving_scorer, write_trec_run
 
 CONFIG_DIR = Path(__file__).resolve().parent / "conf"
 TASKS = ("fit", "test", "predict", "export")
@@ -189,7 +189,8 @@ def check_data_root(data: DictConfig) -> None:
 def data_fingerprint(datamodule) -> dict[str, Any]:
     """What a checkpoint records about its data: a sha256 over the fold's files' own sha256
     (split by split, in order; the reader's cache has them, so no text is read again), the
-    feature count and the normalization with its statistics."""
+    feature count, the normalization with its statistics and the feature transform (only when
+    there is one, so fingerprints of untransformed data are unchanged)."""
     digest = hashlib.sha256()
     for split in ("train", "val", "test"):
         for file_digest in datamodule.file_sha256(split):
@@ -198,6 +199,9 @@ def data_fingerprint(datamodule) -> dict[str, Any]:
     for name in ("feature_mean", "feature_std"):
         value = getattr(datamodule, name)
         stats[name] = None if value is None else np.asarray(value, dtype=np.float64).tolist()
+    transform = getattr(datamodule, "feature_transform", None)
+    if transform is not None:
+        stats["transform"] = transform.describe()
     return {
         "content_sha256": digest.hexdigest(),
         "n_features": int(datamodule.n_features),
@@ -207,11 +211,12 @@ def data_fingerprint(datamodule) -> dict[str, Any]:
 
 
 def _normalization(data: dict[str, Any]) -> str:
+    transform = f"{data['transform']} then " if data.get("transform") else ""
     if data["feature_mean"] is None:
-        return data["normalization"]
+        return transform + data["normalization"]
     stats = np.asarray([data["feature_mean"], data["feature_std"]], dtype=np.float64)
     return (
-        f"{data['normalization']} (training mean/std sha256 "
+        f"{transform}{data['normalization']} (training mean/std sha256 "
         f"{hashlib.sha256(stats.tobytes()).hexdigest()[:12]})"
     )
 
@@ -290,15 +295,9 @@ def write_outputs(run_dir: Path, model, datamodule, metrics: bool, weights: str)
 
 
 def export(model, datamodule, run_dir: Path) -> None:
-    """``export/scorer.pt`` and ``export/scorer.onnx``: raw features in, scores out."""
-    if datamodule.normalization == "query_minmax":
-        raise ValueError(
-            "export folds in z-score statistics only; train with "
-            "data.normalization=zscore or none to export"
-        )
-    stats = datamodule.feature_mean, datamodule.feature_std  # None, None without z-score
-    statistics = (None if s is None else torch.as_tensor(s) for s in stats)
-    scorer = Scorer(model.ranker.serving_ranker(), *statistics)
+    """``export/scorer.pt`` and ``export/scorer.onnx``: raw features in (and the mask, for a
+    ranker that attends over the list), scores out."""
+    scorer = serving_scorer(model.ranker, datamodule)
     log.info("TorchScript: %s", export_torchscript(scorer, run_dir / "export/scorer.pt"))
     try:
         log.info("ONNX: %s", export_onnx(scorer, run_dir / "export/scorer.onnx"))

@@ -48,7 +48,10 @@ BUDGETS: dict[str, tuple[int | None, dict]] = {
     "convex (ndcg, 1000 samples)": (256, {}),
     "convex (auc, pair space)": (256, {}),
     "cone (256 pairs/query)": (None, {}),
+    "listnet + transformer": (None, {}),
 }
+# rows that train a list-aware scorer instead of the variant's own: row -> (variant, ranker)
+TRANSFORMER_ROWS = {"listnet + transformer": "listnet"}
 TINY = {"n_queries": 40, "n_docs": 1200, "max_list": 60}
 
 
@@ -73,20 +76,27 @@ def worker(name: str, shape: dict, batch_size: int, time_limit: float, seed: int
 
     torch.set_num_threads(1)
     torch.manual_seed(seed)
-    (variant, cls), = [(v, c) for v, c in load_variants(None) if v.name == name]
+    variant_name = TRANSFORMER_ROWS.get(name, name)
+    (variant, cls), = [(v, c) for v, c in load_variants(None) if v.name == variant_name]
     max_list, extra = BUDGETS[name]
     start = time.perf_counter()
     data = generate_mslr(**shape, seed=seed)
     generate_seconds = time.perf_counter() - start
-    ranker = make_ranker(variant, data.features.shape[1])
+    if name in TRANSFORMER_ROWS:  # model=transformer's defaults: attention over the whole list
+        from rankers.transformer import TransformerRanker
+
+        ranker = TransformerRanker(data.features.shape[1])
+    else:
+        ranker = make_ranker(variant, data.features.shape[1])
     loss = cls(**{**variant.kwargs, **extra})
     optimizer = torch.optim.Adam(ranker.parameters(), lr=1e-3)
     queries = docs = batches = 0
     start, wall = time.process_time(), time.perf_counter()
     for batch in iterate_batches(data, batch_size, max_list=max_list, seed=seed):
         optimizer.zero_grad(set_to_none=True)
-        value = loss(ranker.loss_target(batch["features"]), batch["labels"], batch["mask"],
-                     **ranker.loss_inputs())
+        target = (ranker.loss_target(batch["features"], batch["mask"]) if ranker.uses_mask
+                  else ranker.loss_target(batch["features"]))
+        value = loss(target, batch["labels"], batch["mask"], **ranker.loss_inputs())
         value.backward()
         optimizer.step()
         ranker.constrain()

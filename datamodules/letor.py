@@ -6,10 +6,11 @@ Public API::
                     max_list=None, bucket_by_length=True, nan_policy="error", null_value=None,
                     label_range=None, unseen_features="error",
                     drop_train_queries_without_pairs=False, cache_dir=None,
-                    verify_cache_hash=False, num_workers=0, seed=0)
+                    verify_cache_hash=False, num_workers=0, seed=0, transform="none")
       .n_features              F = max feature index over the fold's files (loads lazily)
       .label_levels            sorted distinct labels over all splits (loads lazily)
       .feature_mean / .feature_std   zscore statistics of the training split (else None)
+      .feature_transform       the fitted ``transform`` as a torch module (else None)
       .setup(stage=None)       idempotent; parses (or loads the cache)
       .train_dataloader() / .val_dataloader() / .test_dataloader() / .predict_dataloader()
       .full_batch(split)       all queries of "train" | "val" | "test" as one padded batch
@@ -42,7 +43,10 @@ feature matrix, and processes on one machine (DDP ranks, sweep jobs) share one c
 
 Options: ``normalization`` "none" | "zscore" (train mean/std; std 0 -> centred only) |
 "query_minmax" (LETOR QueryLevelNorm, 0 where max == min); statistics are accumulated in
-float64, applied in row blocks. ``max_list`` caps training lists by
+float64, applied in row blocks. ``transform`` "none" | "log1p" (sign(x)·log1p(|x|)) |
+"gaussrank" (Φ⁻¹ of the training split's per-feature empirical CDF) is applied to the raw
+features before the normalization, fitted on the training split only
+(:mod:`datamodules.transforms`). ``max_list`` caps training lists by
 :func:`datamodules.sampling.subsample_query` each time a query is drawn; validation, test and
 ``full_batch`` never cap. ``drop_train_queries_without_pairs`` drops (and logs) training queries
 whose documents share one label. ``nan_policy``, ``null_value`` and ``label_range`` are the
@@ -67,7 +71,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from datamodules import cache
+from datamodules import cache, transforms
 from datamodules.collate import collate_queries
 from datamodules.reader import (
     LetorFile,
@@ -270,6 +274,7 @@ class LetorDataModule(pl.LightningDataModule):
         verify_cache_hash: bool = False,
         num_workers: int = 0,
         seed: int = 0,
+        transform: str = "none",
     ):
         super().__init__()
         if root is None and type(self) is LetorDataModule:
@@ -283,6 +288,7 @@ class LetorDataModule(pl.LightningDataModule):
                 f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}"
             )
         self.normalization = normalization
+        self.transform = transforms.check_transform(transform)
         self.batch_size = _check_int("batch_size", batch_size, 1)
         self.eval_batch_size = _check_int("eval_batch_size", eval_batch_size, 1)
         if max_list is not None:
@@ -309,6 +315,7 @@ class LetorDataModule(pl.LightningDataModule):
         self._datasets: dict[str, LetorQueryDataset] = {}
         self._n_features: int | None = None
         self._zscore: tuple[np.ndarray, np.ndarray] | None = None
+        self._transform: transforms.FittedTransform | None = None
 
     # ---- files -------------------------------------------------------------------------------
 
@@ -453,6 +460,8 @@ class LetorDataModule(pl.LightningDataModule):
             "dropped": np.flatnonzero(dropped).tolist(),
             "train": [s.meta["sha256"] for s in splits["train"].sources],
         }
+        if self.transform != "none":  # absent otherwise: untransformed entries keep their keys
+            options["transform"] = self.transform
         keys = {
             name: hashlib.sha256(
                 json.dumps(
@@ -472,6 +481,7 @@ class LetorDataModule(pl.LightningDataModule):
                 "features": (meta["rows"], n_features),
                 "mean": (n_features,),
                 "std": (n_features,),
+                **transforms.cached_shapes(self.transform, meta, n_features),
             }
 
         loaded = {name: cache.load(root / keys[name], shapes) for name in splits}
@@ -479,6 +489,7 @@ class LetorDataModule(pl.LightningDataModule):
             for name, split in splits.items():
                 split.features = loaded[name][0]["features"]
             self._set_zscore(loaded["train"][0])
+            self._transform = transforms.load(self.transform, loaded["train"][0])
             return
         folders = {name: cache.new_entry(root) for name in splits}
         arrays = {
@@ -491,6 +502,10 @@ class LetorDataModule(pl.LightningDataModule):
         }
         for name, split in splits.items():
             self._copy_features(split, arrays[name]["features"], dropped)
+        fitted = transforms.fit(self.transform, arrays["train"]["features"])
+        if fitted is not None:
+            for name in splits:
+                fitted.apply_(arrays[name]["features"])
         mean = np.zeros(n_features)
         std = np.ones(n_features)
         if self.normalization == "zscore":
@@ -501,13 +516,15 @@ class LetorDataModule(pl.LightningDataModule):
                 _apply_zscore(features, mean, std)
             elif self.normalization == "query_minmax":
                 _query_minmax(features, split.query_rows)
-            arrays[name].update(mean=mean, std=std)
+            arrays[name].update(mean=mean, std=std, **(fitted.arrays if fitted else {}))
             meta = {"rows": split.num_rows, **options, "split": name}
+            meta.update(fitted.meta if fitted else {})
             entry = cache.commit(
                 folders[name], root / keys[name], arrays[name], meta, shapes, same=lambda old: True
             )  # keyed by content: equal data
             split.features = features if entry is None else entry[0]["features"]
         self._set_zscore({"mean": mean, "std": std})
+        self._transform = fitted
 
     def _set_zscore(self, stats: dict) -> None:
         if self.normalization == "zscore":
@@ -553,6 +570,13 @@ class LetorDataModule(pl.LightningDataModule):
         """Training std per feature, 1 where it is 0 (``normalization="zscore"``; else None)."""
         self._load()
         return None if self._zscore is None else self._zscore[1]
+
+    @property
+    def feature_transform(self) -> torch.nn.Module | None:
+        """The fitted ``transform`` as a torch module on raw features (None for "none"): what an
+        exported scorer applies before the z-score."""
+        self._load()
+        return None if self._transform is None else self._transform.module()
 
     @property
     def label_levels(self) -> tuple[float, ...]:

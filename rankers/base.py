@@ -20,9 +20,16 @@ class Ranker(nn.Module):
     * ``loss_inputs()``: extra tensors the loss takes by keyword (ConeRank: ``{"basis": U}``);
     * ``constrain()``: re-imposes parameter constraints after each optimizer step;
     * ``serving_ranker()``: what export writes (ConeRank: its equivalent linear scorer).
+
+    A ranker whose scores depend on the other documents of the query (attention over the list,
+    :class:`~rankers.transformer.TransformerRanker`) sets ``uses_mask = True``: the modules then
+    call ``forward(features, mask)`` and ``loss_target(features, mask)`` with the batch mask
+    (bool [B, L], True = real document), and an exported scorer takes ``(features, mask)``.
+    Per-document rankers keep ``uses_mask = False`` and the one-argument calls.
     """
 
     n_features: int
+    uses_mask: bool = False
 
     def loss_target(self, features: torch.Tensor) -> torch.Tensor:
         return self(features)

@@ -1,13 +1,15 @@
 """ConeRank: a learned polyhedral cone (basis U) over pair differences, and its prediction rule.
 
-Tran & Pham (SPEC §2). The model is the basis ``U = [u_1 … u_K]`` ([D, K]) with ``‖u_k‖ <= c``
+Tran & Pham (docs/objectives/conerank.md). The model is the basis ``U = [u_1 … u_K]`` ([D, K]) with
+``‖u_k‖ <= c``
 (Algorithm 1, step 2b, enforced by :meth:`ConeRank.constrain` after every optimizer step),
 optionally over a learned embedding ``enc(x)`` of the features (identity by default). The loss
 (``losses.cone``) sees the (encoded) features and ``{"basis": U}``.
 
 Prediction (Algorithm 2) votes over pairs with the unconstrained fold-in ``w = U⁺ z``; since
 ``Σ_k w_k = vᵀ z`` with ``v = (U⁺)ᵀ 1``, it ranks exactly by the linear score ``s = enc(x)·v``
-(SPEC §2.5), which :meth:`ConeRank.forward` returns; :meth:`ConeRank.algorithm2_scores` is the
+(docs/objectives/conerank.md#prediction-algorithm-2), which :meth:`ConeRank.forward` returns;
+:meth:`ConeRank.algorithm2_scores` is the
 literal voting path kept as the tested reference.
 """
 
@@ -23,6 +25,7 @@ from torch import nn
 from losses.cone import cone_fold_in, normalise_differences
 from rankers.base import Ranker
 from rankers.linear import LinearRanker
+from rankers.transformer import ListEncoder
 
 PREDICTIONS = ("linear", "rank", "two_direction")
 
@@ -61,6 +64,10 @@ class ConeRank(Ranker):
         radius: c, the ball radius of each column; defaults to ``2 ρ`` (paper, Sec. 6).
         encoder_hidden: hidden widths of an MLP encoder ``F -> D`` (ReLU); None = identity.
         embed_dim: D for the encoder (defaults to F).
+        transformer: instead of the MLP, a self-attention list encoder ``F -> D``
+            (:class:`~rankers.transformer.ListEncoder`; its options, e.g. ``{"d_model": 64,
+            "num_layers": 2}``): documents are embedded in the context of their query, and the
+            ranker then takes the batch mask (``uses_mask``).
         init_scale: columns start uniformly inside the ball of radius ``init_scale · c``.
         prediction: ``"linear"`` returns ``s = enc(x)·v``; ``"rank"`` returns the rank-based
             scores of :func:`tie_rule_scores`, bit-exact to Algorithm 2 on duplicates;
@@ -91,6 +98,7 @@ class ConeRank(Ranker):
         constraint: str = "simplex",
         alpha: float = 1.0,
         seed: int | None = None,
+        transformer: dict | None = None,
     ) -> None:
         super().__init__()
         if n_features < 1:
@@ -106,7 +114,13 @@ class ConeRank(Ranker):
         if constraint not in ("simplex", "cone"):
             raise ValueError(f"constraint must be 'simplex' or 'cone', got {constraint!r}")
         self.constraint, self.alpha = constraint, float(alpha)
-        if encoder_hidden is None:
+        if transformer is not None:
+            if encoder_hidden is not None:
+                raise ValueError("give encoder_hidden (an MLP) or transformer, not both")
+            dim = int(embed_dim or n_features)
+            self.encoder = ListEncoder(n_features, out_features=dim, **dict(transformer))
+            self.uses_mask = True
+        elif encoder_hidden is None:
             if embed_dim not in (None, n_features):
                 raise ValueError("embed_dim needs an encoder (encoder_hidden); identity keeps F")
             self.encoder: nn.Module = nn.Identity()
@@ -139,9 +153,13 @@ class ConeRank(Ranker):
         length = torch.rand(1, n_basis, generator=generator).pow(1.0 / dim)
         self.basis = nn.Parameter(direction * length * (init_scale * self.radius))
 
-    def loss_target(self, features: torch.Tensor) -> torch.Tensor:
+    def encode(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``enc(x)`` [B, L, D]; ``mask`` reaches only a list encoder (``uses_mask``)."""
+        return self.encoder(features, mask) if self.uses_mask else self.encoder(features)
+
+    def loss_target(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """The vectors the cone orders: the encoded features [B, L, D]."""
-        return self.encoder(features)
+        return self.encode(features, mask)
 
     def loss_inputs(self) -> dict[str, torch.Tensor]:
         return {"basis": self.basis}
@@ -154,13 +172,14 @@ class ConeRank(Ranker):
         self.basis.mul_(scale)
 
     def direction(self) -> torch.Tensor:
-        """``v = (U⁺)ᵀ 1_K`` [D]: Algorithm 2's Σ_k w_k is ``vᵀ z`` (SPEC §2.5)."""
+        """``v = (U⁺)ᵀ 1_K`` [D]: Algorithm 2's Σ_k w_k is ``vᵀ z``
+        (docs/objectives/conerank.md#prediction-algorithm-2)."""
         pinv = torch.linalg.pinv(self.basis)  # [K, D], min-norm least squares
         return pinv.sum(dim=0)
 
     def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Closed-form Algorithm 2: ``s = enc(x)·v`` (or its rank-based tie-rule scores)."""
-        scores = self.encoder(features) @ self.direction()
+        scores = self.encode(features, mask) @ self.direction()
         if self.prediction == "two_direction":
             return self.two_direction_scores(features, mask)
         if self.prediction == "rank":
@@ -179,7 +198,7 @@ class ConeRank(Ranker):
         constraints (min-norm least squares ``w = U⁺ z``); vote for l if ``Σ w > 0``, else
         (including 0) for m. Padded slots get 0 votes.
         """
-        encoded = self.encoder(features)
+        encoded = self.encode(features, mask)
         if mask is None:
             mask = torch.ones(encoded.shape[:2], dtype=torch.bool, device=encoded.device)
         encoded = torch.where(mask.unsqueeze(-1), encoded, torch.zeros_like(encoded))
@@ -205,7 +224,7 @@ class ConeRank(Ranker):
         ties. Without ``mask``, all-zero rows (collate's padding) are treated as padding.
         Cost: two fold-ins per pair, O(L²·K·T) per query.
         """
-        encoded = self.encoder(features)
+        encoded = self.encode(features, mask)
         if mask is None:
             mask = encoded.ne(0).any(dim=-1)
         encoded = torch.where(mask.unsqueeze(-1), encoded, torch.zeros_like(encoded))
@@ -228,9 +247,17 @@ class ConeRank(Ranker):
         return torch.where(mask, scores, torch.zeros_like(scores))
 
     def serving_ranker(self) -> Ranker:
-        """With the identity encoder, the equivalent :class:`LinearRanker` (no pseudo-inverse at
-        serving time, and ONNX has no ``linalg_pinv``); with an encoder, ConeRank itself."""
-        return self.export_linear() if isinstance(self.encoder, nn.Identity) else self
+        """With the identity encoder, the equivalent :class:`LinearRanker`; with an encoder and
+        ``prediction="linear"``, the encoder followed by the fixed direction v
+        (:class:`EncodedLinear`): no pseudo-inverse at serving time (ONNX has no
+        ``linalg_pinv``). Other predictions with an encoder serve ConeRank itself."""
+        if isinstance(self.encoder, nn.Identity):
+            return self.export_linear()
+        if self.prediction == "linear":
+            with torch.no_grad():
+                direction = self.direction()
+            return EncodedLinear(self.encoder, direction, self.uses_mask, self.n_features)
+        return self
 
     @torch.no_grad()
     def export_linear(self) -> LinearRanker:
@@ -241,3 +268,24 @@ class ConeRank(Ranker):
         direction = self.direction()
         linear.linear.weight.copy_(direction.unsqueeze(0).to(linear.linear.weight.dtype))
         return linear.to(self.basis.device)
+
+
+class EncodedLinear(Ranker):
+    """``enc(x) · v`` with a fixed direction ``v`` [D]: ConeRank's linear prediction for serving.
+
+    Shape:
+        features: [B, L, F] (and ``mask`` [B, L] when the encoder takes it) -> scores [B, L].
+    """
+
+    def __init__(
+        self, encoder: nn.Module, direction: torch.Tensor, uses_mask: bool, n_features: int
+    ) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.uses_mask = uses_mask
+        self.n_features = n_features
+        self.register_buffer("direction", direction.detach().clone())
+
+    def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        encoded = self.encoder(features, mask) if self.uses_mask else self.encoder(features)
+        return encoded @ self.direction

@@ -2,8 +2,11 @@
 scores as a TREC run file.
 
 ``Scorer`` is the served function, raw LETOR features ``[B, L, F] -> scores [B, L]``, with the
-training split's z-score folded in, so a caller passes feature values as they appear in the
-files. ``python train.py task=export ckpt_path=RUN/checkpoints/best.ckpt`` writes both formats;
+training split's feature transform (``data.transform``) and z-score folded in, so a caller
+passes feature values as they appear in the files. A ranker that attends over the list
+(``uses_mask``, e.g. the transformer) is served as ``(features, mask) -> scores`` with ``mask``
+bool ``[B, L]`` (True = real document; padded rows may hold anything, NaN included).
+``python train.py task=export ckpt_path=RUN/checkpoints/best.ckpt`` writes both formats;
 ``python train.py task=predict ...`` writes the run file.
 
 Example:
@@ -26,17 +29,27 @@ _QUERIES, _DOCUMENTS = torch.export.Dim("queries"), torch.export.Dim("documents"
 
 
 class Scorer(nn.Module):
-    """``ranker((features - mean) / std)``: the ranker behind the data's z-score normalisation.
+    """``ranker((transform(features) - mean) / std)``: the ranker behind the data's feature
+    transform and z-score normalisation.
 
     ``mean``/``std`` [F] are the training statistics (``None``: features are used as given,
-    i.e. ``normalization=none``). Per-document rankers only: padding rows score but mean nothing.
+    i.e. ``normalization=none``); ``transform`` is the data module's fitted
+    ``feature_transform`` (``None``: ``transform=none``). A per-document ranker is called as
+    ``scorer(features)`` (padding rows score but mean nothing); a ranker with ``uses_mask`` as
+    ``scorer(features, mask)``.
     """
 
     def __init__(
-        self, ranker: nn.Module, mean: torch.Tensor | None = None, std: torch.Tensor | None = None
+        self,
+        ranker: nn.Module,
+        mean: torch.Tensor | None = None,
+        std: torch.Tensor | None = None,
+        transform: nn.Module | None = None,
     ) -> None:
         super().__init__()
         self.ranker = ranker
+        self.uses_mask = bool(getattr(ranker, "uses_mask", False))
+        self.transform = nn.Identity() if transform is None else transform
         n_features = ranker.n_features
         mean = torch.zeros(n_features) if mean is None else torch.as_tensor(mean)
         std = torch.ones(n_features) if std is None else torch.as_tensor(std)
@@ -48,13 +61,38 @@ class Scorer(nn.Module):
         self.register_buffer("mean", mean.to(torch.float32))
         self.register_buffer("std", std.to(torch.float32))
 
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return self.ranker((features - self.mean) / self.std)
+    @property
+    def n_features(self) -> int:
+        return int(self.mean.shape[0])
+
+    def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        normalised = (self.transform(features) - self.mean) / self.std
+        if self.uses_mask:
+            return self.ranker(normalised, mask)
+        return self.ranker(normalised)
 
 
-def _example(scorer: Scorer) -> torch.Tensor:
-    # Two queries of three documents: sizes > 1 so no axis is specialised to a constant.
-    return torch.randn(2, 3, scorer.mean.shape[0], generator=torch.Generator().manual_seed(0))
+def serving_scorer(ranker: nn.Module, datamodule) -> Scorer:
+    """``ranker``'s serving form behind ``datamodule``'s fitted feature transform and z-score
+    (``feature_transform``, ``feature_mean``, ``feature_std``): a scorer of raw features."""
+    if datamodule.normalization == "query_minmax":
+        raise ValueError(
+            "export folds in z-score statistics only; train with "
+            "data.normalization=zscore or none to export"
+        )
+    stats = datamodule.feature_mean, datamodule.feature_std  # None, None without z-score
+    statistics = (None if s is None else torch.as_tensor(s) for s in stats)
+    transform = getattr(datamodule, "feature_transform", None)
+    return Scorer(ranker.serving_ranker(), *statistics, transform=transform)
+
+
+def _example(scorer: Scorer) -> tuple[torch.Tensor, ...]:
+    # Two queries of three documents: sizes > 1 so no axis is specialised to a constant; the
+    # second query has a padded slot.
+    features = torch.randn(2, 3, scorer.n_features, generator=torch.Generator().manual_seed(0))
+    if not scorer.uses_mask:
+        return (features,)
+    return features, torch.tensor([[True, True, True], [True, True, False]])
 
 
 def export_torchscript(scorer: Scorer, path: str | Path) -> Path:
@@ -71,19 +109,23 @@ def export_torchscript(scorer: Scorer, path: str | Path) -> Path:
 
 
 def export_onnx(scorer: Scorer, path: str | Path, opset: int = 18) -> Path:
-    """Export ``scorer`` to ONNX (input ``features`` [queries, documents, F], output ``scores``
-    [queries, documents], both axes dynamic). Needs the ``onnx`` and ``onnxscript`` packages
+    """Export ``scorer`` to ONNX (input ``features`` [queries, documents, F], and ``mask`` bool
+    [queries, documents] for a ranker with ``uses_mask``; output ``scores`` [queries,
+    documents]; both axes dynamic). Needs the ``onnx`` and ``onnxscript`` packages
     (``pip install "differank[export]"``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with torch.no_grad():
+    names = ["features", "mask"] if scorer.uses_mask else ["features"]
+    with warnings.catch_warnings(), torch.no_grad():
+        # features and mask share their two dynamic axes, which the exporter reports
+        warnings.filterwarnings("ignore", message=r"# The axis name: .* will not be used")
         torch.onnx.export(
             scorer.eval(),
-            (_example(scorer),),
+            _example(scorer),
             str(path),
-            input_names=["features"],
+            input_names=names,
             output_names=["scores"],
-            dynamic_shapes={"features": {0: _QUERIES, 1: _DOCUMENTS}},
+            dynamic_shapes={name: {0: _QUERIES, 1: _DOCUMENTS} for name in names},
             opset_version=opset,
             dynamo=True,
             verbose=False,

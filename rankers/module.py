@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 
 
 class LetorMetric(torchmetrics.Metric):
-    """Dataset means of :func:`~rankers.metrics.letor_metrics` over batches of queries (SPEC §6.10).
+    """Dataset means of :func:`~rankers.metrics.letor_metrics` over batches of queries
+    (docs/metrics.md#dataset-averages).
 
     States are float64 per-key sums and the number of queries, summed across processes, so the
     result is the plain mean over every query seen. Rows without a real document are not
@@ -121,16 +122,23 @@ class EvaluationModule(pl.LightningModule):
             validation = {k: float(v) for k, v in metrics.items() if k.startswith("val/")}
             checkpoint["differank"] = {**self.run_record, "validation": validation}
 
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
+    def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Scores [B, L]; ``mask`` reaches the ranker only if it declares ``uses_mask``."""
+        if self.ranker.uses_mask:
+            return self.ranker(features, mask)
         return self.ranker(features)
 
     def batch_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The only place a ranker's output meets a loss."""
-        target = self.ranker.loss_target(batch["features"])
+        if self.ranker.uses_mask:
+            target = self.ranker.loss_target(batch["features"], batch["mask"])
+        else:
+            target = self.ranker.loss_target(batch["features"])
         return self.loss(target, batch["labels"], batch["mask"], **self.ranker.loss_inputs())
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        self.val_metrics.update(self(batch["features"]), batch["labels"], batch["mask"])
+        scores = self(batch["features"], batch["mask"])
+        self.val_metrics.update(scores, batch["labels"], batch["mask"])
 
     def on_validation_epoch_end(self) -> None:
         self._log_metrics("val", self.val_metrics)
@@ -156,7 +164,7 @@ class EvaluationModule(pl.LightningModule):
         self._gather_scores()
 
     def _keep_scores(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        scores = self(batch["features"])
+        scores = self(batch["features"], batch["mask"])
         self.test_rows.append(batch["doc_index"][batch["mask"]].cpu())
         self.test_scores.append(scores.detach()[batch["mask"]].cpu())
         return scores
@@ -211,8 +219,12 @@ class RankingModule(EvaluationModule):
         optimizer: a factory ``optimizer(params) -> torch.optim.Optimizer`` (a Hydra partial).
         n_features: F, read from the data by ``train.py``.
         l1, l2: penalty ``l1·Σ|w| + l2·Σw²`` over ``ranker.regularized_weights()``, added to
-            every batch loss (the thesis' λ‖w‖₁ and λ‖w‖₂², SPEC §3.5).
+            every batch loss (the thesis' λ‖w‖₁ and λ‖w‖₂²,
+            docs/objectives/domination.md#regularisation).
         ks: cut-offs of NDCG@k and P@k.
+        augment_noise: standard deviation of Gaussian noise added to the (normalised) features
+            of the real documents of every training batch; validation, test and prediction see
+            the data as it is. 0 (default): no noise.
     """
 
     def __init__(
@@ -224,12 +236,16 @@ class RankingModule(EvaluationModule):
         l1: float = 0.0,
         l2: float = 0.0,
         ks: Sequence[int] = (1, 3, 5, 10),
+        augment_noise: float = 0.0,
     ) -> None:
         if l1 < 0 or l2 < 0:
             raise ValueError(f"l1 and l2 must be >= 0, got l1={l1}, l2={l2}")
+        if not augment_noise >= 0:
+            raise ValueError(f"augment_noise must be >= 0, got {augment_noise}")
         super().__init__(ranker(n_features=n_features), loss, ks)
         self.make_optimizer = optimizer
         self.l1, self.l2 = float(l1), float(l2)
+        self.augment_noise = float(augment_noise)
 
     def penalty(self) -> torch.Tensor:
         total = torch.zeros((), device=self.device)
@@ -240,8 +256,17 @@ class RankingModule(EvaluationModule):
                 total = total + self.l2 * weight.square().sum()
         return total
 
+    def augment(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The training batch with ``augment_noise`` Gaussian noise on its real documents'
+        features (padding untouched); the batch itself when there is no noise."""
+        if not self.augment_noise:
+            return batch
+        features, real = batch["features"], batch["mask"].unsqueeze(-1)
+        noisy = features + self.augment_noise * torch.randn_like(features)
+        return {**batch, "features": torch.where(real, noisy, features)}
+
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss = self.batch_loss(batch)
+        loss = self.batch_loss(self.augment(batch))
         size = batch["mask"].shape[0]
         self.log(
             "train/loss",

@@ -1,0 +1,223 @@
+"""Average the scores of several trained runs: an ensemble of checkpoints as one scorer.
+
+    python -m rankers.ensemble CKPT [CKPT ...] --out DIR [--weights W [W ...]] [--standardize]
+        [--data KEY=VALUE ...] [--ks 1 3 5 10]
+
+Each checkpoint is rebuilt from the run config it carries (data, model, loss) and served behind
+its own feature transform and z-score (:func:`~rankers.export.serving_scorer`), so the members
+read raw features and may have been trained with different ``data.transform`` /
+``data.normalization`` settings (not ``query_minmax``). Rebuilding a member loads its training
+data (from the cache when it is warm) to recover the fitted transform. The ensemble scores the
+test split of the first member's data (raw features; ``--data data.root=DIR`` and other
+``data.*`` overrides change it) and writes what a run writes: ``DIR/predictions/test.txt``,
+``test.sources``, ``test.run``, ``DIR/test_metrics.json``, plus ``DIR/ensemble.json`` (members,
+weights).
+
+Scores are averaged as they are (weights default to equal), or with ``--standardize`` after
+standardising each member's scores within each query (zero mean, unit variance over the real
+documents), for members whose score scales differ (other losses or models).
+
+Example:
+    >>> from rankers.export import Scorer
+    >>> from rankers.linear import LinearRanker
+    >>> members = [Scorer(LinearRanker(2)), Scorer(LinearRanker(2))]
+    >>> with torch.no_grad():
+    ...     _ = members[0].ranker.linear.weight.fill_(1.0)
+    ...     _ = members[1].ranker.linear.weight.fill_(3.0)
+    >>> EnsembleRanker(members)(torch.ones(1, 2, 2)).tolist()
+    [[4.0, 4.0]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+import yaml
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from rankers.base import Ranker
+from rankers.evaluate import evaluate_arrays
+from rankers.export import Scorer, serving_scorer, write_trec_run
+
+
+class EnsembleRanker(Ranker):
+    """The weighted mean of member scorers' scores (raw features in, like an exported scorer).
+
+    Args:
+        members: scorers ``[B, L, F] -> [B, L]``, e.g. :class:`~rankers.export.Scorer`; one with
+            ``uses_mask`` is given the mask.
+        weights: one per member, normalised to sum to 1 (None: equal).
+        standardize: standardise each member's scores per query over the real documents first.
+
+    Shape:
+        features: [B, L, F], mask: bool [B, L] or None -> scores [B, L], 0 at padded slots.
+    """
+
+    uses_mask = True
+
+    def __init__(
+        self,
+        members: Sequence[nn.Module],
+        weights: Sequence[float] | None = None,
+        standardize: bool = False,
+    ) -> None:
+        super().__init__()
+        if not members:
+            raise ValueError("an ensemble needs at least one member")
+        widths = {int(member.n_features) for member in members}
+        if len(widths) != 1:
+            raise ValueError(f"the members read different feature counts: {sorted(widths)}")
+        weights = [1.0] * len(members) if weights is None else [float(w) for w in weights]
+        if len(weights) != len(members) or min(weights) < 0 or sum(weights) <= 0:
+            raise ValueError(
+                f"weights must be {len(members)} non-negative numbers with a positive sum, "
+                f"got {weights}"
+            )
+        self.members = nn.ModuleList(members)
+        self.n_features = widths.pop()
+        self.weights = tuple(w / sum(weights) for w in weights)
+        self.standardize = bool(standardize)
+
+    def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        if mask is None:
+            mask = torch.ones(features.shape[:-1], dtype=torch.bool, device=features.device)
+        total = torch.zeros(features.shape[:-1], dtype=features.dtype, device=features.device)
+        for weight, member in zip(self.weights, self.members, strict=True):
+            uses_mask = getattr(member, "uses_mask", False)
+            scores = member(features, mask) if uses_mask else member(features)
+            scores = torch.where(mask, scores, 0.0)  # padding may score NaN: never averaged
+            if self.standardize:
+                scores = _standardize(scores, mask)
+            total = total + weight * scores
+        return torch.where(mask, total, 0.0)
+
+
+def _standardize(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per query, ``(s - mean) / std`` over the real documents (std 0 -> centred only)."""
+    count = mask.sum(dim=-1, keepdim=True).clamp(min=1)
+    mean = scores.sum(dim=-1, keepdim=True) / count
+    centred = torch.where(mask, scores - mean, 0.0)
+    std = (centred.square().sum(dim=-1, keepdim=True) / count).sqrt()
+    return centred / torch.where(std > 0, std, 1.0)
+
+
+def _override(config: DictConfig, assignments: Sequence[str]) -> None:
+    for assignment in assignments:
+        key, sep, value = assignment.partition("=")
+        if not sep or not key.startswith("data."):
+            raise ValueError(f"--data takes data.KEY=VALUE, got {assignment!r}")
+        OmegaConf.update(config, key, yaml.safe_load(value), merge=True)
+
+
+def load_member(path: str | Path) -> Scorer:
+    """The raw-feature scorer of a checkpoint written by ``train.py`` (its run config rebuilds
+    data, model and loss; the data gives the fitted transform and z-score), in eval mode."""
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    record = checkpoint.get("differank")
+    if record is None:
+        raise ValueError(f"{path} carries no run config (saved by an older differank)")
+    config = OmegaConf.create(record["config"])
+    datamodule = instantiate(config.data)
+    loss = instantiate(config.loss)
+    model = instantiate(config.model, loss=loss, n_features=datamodule.n_features)
+    model.load_state_dict(checkpoint["state_dict"])
+    return serving_scorer(model.ranker, datamodule).eval()
+
+
+def evaluation_data(path: str | Path, overrides: Sequence[str] = ()):
+    """The data module of the checkpoint's run with raw features (no transform, no
+    normalization), ``overrides`` (``data.KEY=VALUE``) applied."""
+    record = torch.load(path, map_location="cpu", weights_only=True).get("differank")
+    if record is None:
+        raise ValueError(f"{path} carries no run config (saved by an older differank)")
+    config = OmegaConf.create({"data": record["config"]["data"]})
+    OmegaConf.update(config, "data.normalization", "none")
+    OmegaConf.update(config, "data.transform", "none", force_add=True)
+    _override(config, overrides)
+    return instantiate(config.data)
+
+
+@torch.no_grad()
+def score_split(ranker: nn.Module, datamodule, split: str = "test") -> torch.Tensor:
+    """``ranker(features, mask)`` of every row of ``split``, float64 [rows] in source-file order."""
+    rows, values = [], []
+    loader = {"test": datamodule.test_dataloader, "val": datamodule.val_dataloader}[split]()
+    for batch in loader:
+        scores = ranker(batch["features"], batch["mask"])
+        rows.append(batch["doc_index"][batch["mask"]])
+        values.append(scores[batch["mask"]])
+    rows_, values_ = torch.cat(rows), torch.cat(values).to(torch.float64)
+    num_rows = datamodule.num_rows(split)
+    if bool((torch.bincount(rows_, minlength=num_rows) != 1).any()):
+        raise RuntimeError(f"the {split} loader did not give every row exactly once")
+    by_row = torch.empty(num_rows, dtype=torch.float64)
+    by_row[rows_] = values_
+    return by_row
+
+
+def write_run(out: Path, scores: torch.Tensor, datamodule, ks: Sequence[int]) -> dict[str, float]:
+    """A run's test outputs: predictions/test.{txt,sources,run} and test_metrics.json."""
+    predictions = out / "predictions"
+    predictions.mkdir(parents=True, exist_ok=True)
+    (predictions / "test.txt").write_text("".join(f"{s:.17g}\n" for s in scores.tolist()))
+    sources = datamodule.split_files("test")
+    (predictions / "test.sources").write_text("".join(f"{path}\n" for path in sources))
+    split = datamodule.split_data("test")
+    write_trec_run(predictions / "test.run", split.qids.tolist(), split.docids.tolist(), scores)
+    values = evaluate_arrays(scores, split.labels, split.qids, ks=ks)
+    (out / "test_metrics.json").write_text(json.dumps(values, indent=2) + "\n")
+    return values
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m rankers.ensemble",
+        description="Average the test scores of several checkpoints; write predictions and "
+        "LETOR metrics like a run.",
+    )
+    parser.add_argument("checkpoints", nargs="+", metavar="CKPT")
+    parser.add_argument("--out", type=Path, required=True, help="folder for the outputs")
+    parser.add_argument("--weights", nargs="+", type=float, default=None)
+    parser.add_argument("--standardize", action="store_true", help="per-query z-score first")
+    parser.add_argument(
+        "--data",
+        nargs="+",
+        default=[],
+        metavar="data.KEY=VALUE",
+        help="overrides of the evaluation data (the first checkpoint's)",
+    )
+    parser.add_argument("--ks", nargs="+", type=int, default=[1, 3, 5, 10])
+    args = parser.parse_args(argv)
+    try:
+        members = [load_member(path) for path in args.checkpoints]
+        ensemble = EnsembleRanker(members, args.weights, args.standardize).eval()
+        datamodule = evaluation_data(args.checkpoints[0], args.data)
+        if datamodule.n_features != ensemble.n_features:
+            raise ValueError(
+                f"the members read {ensemble.n_features} features, the evaluation data has "
+                f"{datamodule.n_features}"
+            )
+        scores = score_split(ensemble, datamodule)
+        values = write_run(args.out, scores, datamodule, args.ks)
+    except (ValueError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    record = {
+        "checkpoints": [str(Path(path).resolve()) for path in args.checkpoints],
+        "weights": list(ensemble.weights),
+        "standardize": args.standardize,
+    }
+    (args.out / "ensemble.json").write_text(json.dumps(record, indent=2) + "\n")
+    print(json.dumps(values, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

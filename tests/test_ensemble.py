@@ -1,0 +1,94 @@
+"""Ensembles: the weighted (optionally per-query standardised) mean of member scorers, each
+behind its own feature transform, and ``python -m rankers.ensemble`` writing a run's
+predictions and metrics."""
+
+import json
+
+import pytest
+import torch
+
+from rankers.ensemble import EnsembleRanker, main
+from rankers.evaluate import evaluate_files
+from rankers.export import Scorer, export_torchscript
+from rankers.linear import LinearRanker
+from rankers.transformer import TransformerRanker
+from train import compose_run, train
+
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
+
+TINY = [
+    "data.n_train_queries=30",
+    "data.n_val_queries=10",
+    "data.n_test_queries=10",
+    "trainer.max_epochs=2",
+    "logger=csv",
+]
+
+
+def linear(weight, f=3):
+    ranker = LinearRanker(f)
+    with torch.no_grad():
+        ranker.linear.weight.copy_(torch.tensor([weight] * f).view(1, f))
+    return Scorer(ranker)
+
+
+def test_weighted_mean_padding_and_standardised_scores():
+    features = torch.arange(12.0).view(2, 2, 3)
+    mask = torch.tensor([[True, True], [True, False]])
+    features[1, 1] = float("nan")  # padding may hold anything
+    ensemble = EnsembleRanker([linear(1.0), linear(-2.0)], weights=[3, 1])
+    plain = features.sum(-1)
+    expected = torch.where(mask, 0.75 * plain - 0.25 * 2 * plain, 0.0)
+    torch.testing.assert_close(ensemble(features, mask), expected)
+    standardised = EnsembleRanker([linear(1.0), linear(-2.0)], standardize=True)
+    # +1 and -1 around the mean for the first query: the two members cancel; a lone doc is 0
+    assert standardised(features, mask).abs().max().item() == 0.0
+    with pytest.raises(ValueError, match="different feature counts"):
+        EnsembleRanker([linear(1.0), linear(1.0, f=4)])
+    with pytest.raises(ValueError, match="weights"):
+        EnsembleRanker([linear(1.0)], weights=[1, 1])
+
+
+def test_members_that_attend_over_the_list_get_the_mask_and_the_ensemble_exports(tmp_path):
+    torch.manual_seed(0)
+    attending = Scorer(TransformerRanker(3, d_model=8, num_heads=2).eval())
+    ensemble = EnsembleRanker([linear(0.5), attending]).eval()
+    features, mask = torch.randn(2, 4, 3), torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]]).bool()
+    expected = (features.sum(-1) * 0.5 + attending(features, mask)) / 2
+    torch.testing.assert_close(ensemble(features, mask), torch.where(mask, expected, 0.0))
+    scripted = torch.jit.load(str(export_torchscript(Scorer(ensemble), tmp_path / "e.pt")))
+    torch.testing.assert_close(scripted(features, mask), ensemble(features, mask))
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    folders = []
+    for n, extra in enumerate([["seed=0"], ["seed=1", "data.seed=0", "data.transform=log1p"]]):
+        run = tmp_path_factory.mktemp(f"member{n}")
+        train(compose_run([*TINY, *extra], run), run)
+        folders.append(run)
+    return folders
+
+
+def predictions(folder):
+    lines = (folder / "predictions" / "test.txt").read_text().split()
+    return torch.tensor([float(line) for line in lines], dtype=torch.float64)
+
+
+def test_the_cli_writes_the_mean_of_the_members_predictions_and_its_metrics(runs, tmp_path):
+    checkpoints = [str(run / "checkpoints" / "best.ckpt") for run in runs]
+    assert main([*checkpoints, "--out", str(tmp_path / "e")]) == 0
+    out = tmp_path / "e"
+    mean = (predictions(runs[0]) + predictions(runs[1])) / 2
+    torch.testing.assert_close(predictions(out), mean, rtol=1e-5, atol=1e-5)
+    sources = (out / "predictions" / "test.sources").read_text().split()
+    assert sources == (runs[0] / "predictions" / "test.sources").read_text().split()
+    metrics = json.loads((out / "test_metrics.json").read_text())
+    assert metrics == pytest.approx(evaluate_files(sources, out / "predictions" / "test.txt"))
+    assert (out / "predictions" / "test.run").is_file()
+    assert json.loads((out / "ensemble.json").read_text())["weights"] == [0.5, 0.5]
+    # one member alone is that run (its own transform and z-score folded in)
+    assert main([checkpoints[1], "--out", str(tmp_path / "one")]) == 0
+    torch.testing.assert_close(
+        predictions(tmp_path / "one"), predictions(runs[1]), rtol=1e-5, atol=1e-5
+    )
