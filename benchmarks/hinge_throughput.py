@@ -1,4 +1,5 @@
-"""Loss-augmented inference throughput for the structured NDCG@k hinge (SPEC §4.6).
+"""Loss-augmented inference throughput for the structured NDCG@k hinge
+(docs/objectives/hinge.md#loss-augmented-inference).
 
 Times one batch of exact inference three ways in the same run and prints a markdown table:
 the batched label-level DP (``solver="dp"``), the per-query torch Hungarian of

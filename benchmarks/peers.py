@@ -17,7 +17,8 @@ Peers (the ``bench`` extra: ``lightgbm``, ``xgboost-cpu``, ``scikit-learn``):
 
 Every peer reads the fold through the same :class:`~datamodules.letor.LetorDataModule` as
 ``train.py`` (z-scored features), writes ``predictions/test.txt`` aligned line by line with the
-test file(s) and ``test_metrics.json`` from :func:`rankers.evaluate.evaluate_files` (SPEC §6),
+test file(s) and ``test_metrics.json`` from :func:`rankers.evaluate.evaluate_files`
+(docs/metrics.md#the-letor-script-rules),
 so a peer row is measured exactly as a differank row. Validation MAP (same evaluator) is the
 only selection signal; the test split is touched once, by the selected model.
 """
@@ -58,14 +59,16 @@ def grouped(split) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def score_file(datamodule, split: str, scores: np.ndarray, path: Path) -> dict[str, float]:
-    """Write one score per source row (``%.17g``) and score it with the SPEC §6 evaluator."""
+    """Write one score per source row (``%.17g``) and score it with the
+    docs/metrics.md#the-letor-script-rules evaluator."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(f"{s:.17g}\n" for s in np.asarray(scores, dtype=np.float64)))
     return evaluate_files(datamodule.split_files(split), path)
 
 
 class GroupedMap:
-    """Mean LETOR MAP (SPEC §6, :func:`rankers.metrics.letor_metrics`) of scores given in
+    """Mean LETOR MAP (docs/metrics.md#the-letor-script-rules,
+    :func:`rankers.metrics.letor_metrics`) of scores given in
     :func:`grouped` order: the early-stopping metric of the tree peers."""
 
     def __init__(self, labels: np.ndarray, sizes: np.ndarray):

@@ -3,15 +3,20 @@
     python benchmarks/reproduce.py --suite mq2008 --jobs 2 --out benchmarks/results/mq2008.md
     python benchmarks/reproduce.py --suite seeds --jobs 2        # the four objectives' timing
     python benchmarks/reproduce.py --experiment domination_layered
+    python benchmarks/reproduce.py --experiment hinge --sweep loss.k=1,2,3,4,5,6,7,8,9,10
     python benchmarks/reproduce.py --overrides model=linear loss=domination --folds 1 2
     python benchmarks/reproduce.py --experiment conerank_paper_sg --peers lightgbm --out x.md
 
 Each (configuration, fold) is one ``train.py`` run (model selection on the validation split,
-test metrics from the written prediction file by SPEC §6) in ``<runs>/<name>/foldN``; each peer
+test metrics from the written prediction file by docs/metrics.md#the-letor-script-rules) in
+``<runs>/<name>/foldN``; each peer
 (``benchmarks/peers.py``) writes and scores a prediction file the same way. Without ``data=...``
-among the overrides the data is ``mq2008``. The output is a summary table (mean ± std over
-folds of MAP, MeanNDCG, NDCG@1/3/5/10, P@1/5/10 and seconds per fold), the per-fold tables, the
-papers' published MQ2008 numbers (``benchmarks/papers.py``) and a bar plot (PNG, matplotlib).
+among the overrides the data is ``mq2008``. ``--sweep KEY=A,B,...`` (Hydra's sweep syntax, as in
+``train.py -m``) turns each configuration into one row per value (per combination, for several
+keys), named ``<name>_KEY=VALUE``: the structured hinge's per-k curve is the example above.
+The output is a summary table (mean ± std over folds of MAP, MeanNDCG, NDCG@1/3/5/10, P@1/5/10
+and seconds per fold), the per-fold tables, the papers' published MQ2008 numbers
+(``benchmarks/papers.py``) and a bar plot (PNG, matplotlib).
 Suites (``SUITES``): ``mq2008`` (baselines, every seed objective's paper and best settings, and
 the peers unless ``--no-peers``), ``mq2008-fast`` (the same without the paper's ConeRank rows, the
 slowest runs), ``seeds`` (the four objectives' best settings), ``cone-cost`` (ConeRank's and
@@ -109,6 +114,30 @@ def experiment_exists(config: Config) -> bool:
     print(f"skipping {config.name}: conf/experiment/{config.experiment}.yaml does not exist yet",
           flush=True)
     return False
+
+
+def sweep_rows(configs: list[Config], sweep: list[str]) -> list[Config]:
+    """Each configuration once per combination of the ``sweep`` overrides (``KEY=A,B,...``, any
+    sweep Hydra's command line takes: ``range(1,11)``, ``choice(...)``), the values appended
+    to its overrides and its name."""
+    if not sweep:
+        return configs
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    grid: list[list[str]] = [[]]
+    for override in OverridesParser.create().parse_overrides(sweep):
+        key = override.get_key_element()
+        values = (
+            list(override.sweep_string_iterator())
+            if override.is_sweep_override()
+            else [override.get_value_element_as_str()]
+        )
+        grid = [[*job, f"{key}={value}"] for job in grid for value in values]
+    return [
+        Config(" ".join([c.name, *job]), [*c.overrides, *job], c.peer, c.experiment)
+        for c in configs
+        for job in grid
+    ]
 
 
 def _data_overrides(overrides: list[str]) -> list[str]:
@@ -329,6 +358,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--experiment", nargs="*", default=[], help="conf/experiment names")
     parser.add_argument("--overrides", nargs="*", default=[],
                         help="extra Hydra overrides for every run")
+    parser.add_argument("--sweep", nargs="*", default=[], metavar="KEY=A,B",
+                        help="one row per value (per combination) of each configuration, e.g. "
+                        "--experiment hinge --sweep loss.k=1,2,3,4,5,6,7,8,9,10")
     parser.add_argument("--peers", nargs="*", default=None,
                         help="add peer rows (no names: all of lightgbm xgboost ranksvm); "
                         "a suite adds its peers by default")
@@ -353,7 +385,7 @@ def main(argv: list[str] | None = None) -> None:
     configs += [experiment(name) for name in args.experiment]
     if not configs and (args.overrides or (args.peers is None and not args.include)):
         configs = [Config(" ".join(args.overrides) or "defaults")]  # the --overrides row
-    configs = [c for c in configs if experiment_exists(c)]
+    configs = sweep_rows([c for c in configs if experiment_exists(c)], args.sweep)
     extra = [*TINY_OVERRIDES, *args.overrides] if args.tiny else args.overrides
     configs = [Config(c.name.replace(" ", "_").replace("/", "-"), [*c.overrides, *extra],
                       experiment=c.experiment) for c in configs]

@@ -1,4 +1,4 @@
-"""Pad a list of queries into the batch contract (DESIGN "The batch contract").
+"""Pad a list of queries into the batch contract (docs/data.md#the-batch-contract).
 
 Public API::
 

@@ -6,7 +6,8 @@ Per real document ``i`` of a query, with ``D(i) = {j : label_j < label_i}`` (the
     L_q = Σ_i ℓ_i                                                 (eq. 6, no 1/n)
 
 Layers are the distinct label values of the query, so every layer dominates all lower ones. The
-closed form (eq. 7, SPEC §3.3/§3.6) groups documents by layer: with ``g = s − m`` (separable
+closed form (eq. 7, docs/objectives/domination.md#closed-form-by-layers) groups documents by layer:
+with ``g = s − m`` (separable
 margins ``m``) and ``C_a = logsumexp{g_j : label_j below layer a}``, ``ℓ_i = softplus(C_a − g_i)``.
 It costs O(B·L) scatters plus an O(B·L) log-cumsum-exp over levels; no [B, L, L] tensor is built
 unless general pairwise margins ask for one.
@@ -35,7 +36,8 @@ def _masked_logsumexp(values: torch.Tensor, keep: torch.Tensor, dim: int) -> tor
     """``logsumexp`` of ``values`` over ``dim`` where ``keep``; 0 (a finite dummy) where none kept.
 
     Dropped entries never reach ``exp`` and rows without an entry never reach ``log``, so no
-    −inf or NaN flows through autograd (SPEC §3.6 pitfall); their gradient is exactly 0.
+    −inf or NaN flows through autograd (docs/objectives/domination.md#batched-computation pitfall);
+    their gradient is exactly 0.
     """
     peak = torch.where(keep, values.detach(), float("-inf")).amax(dim=dim, keepdim=True)
     any_kept = keep.any(dim=dim, keepdim=True)
@@ -66,7 +68,8 @@ def label_margins(
     """The thesis' separable margin ``m_i = k1·label_i + k2`` for positives (label > 0), 0 else.
 
     ``Δ(i, j) = m_i − m_j`` then asks a positive to beat each lower document by that gap
-    (thesis Sec. 4 and 8.3.2, ``s(i) = k1·r_i + k2``; SPEC A8 fixes the sign).
+    (thesis Sec. 4 and 8.3.2, ``s(i) = k1·r_i + k2``;
+    docs/objectives/domination.md#interpretations-chosen fixes the sign).
 
     Shape:
         labels: [B, L] -> [B, L] (same dtype as a float of labels).
@@ -125,7 +128,8 @@ def domination_loss(
     pool: bool = False,
     reduction: str = "mean",
 ) -> torch.Tensor:
-    """Domination loss of Stevens' thesis (eqs. 5–7; SPEC §3), batched in O(B·L·M).
+    """Domination loss of Stevens' thesis (eqs. 5–7; docs/objectives/domination.md#the-loss),
+    batched in O(B·L·M).
 
     Args:
         scores: model outputs ``s``; padded slots may hold anything (NaN included).
@@ -136,13 +140,15 @@ def domination_loss(
             [B, L, L] tensor of general pairwise margins ``Δ(i, j)`` (O(L²) memory).
         layer_margins: an [M, M] matrix (tensor or nested list) with ``Δ(i, j) =
             layer_margins[label_i, label_j]`` for integer labels in ``0..M−1`` (thesis Fig. 2:
-            one margin per layer boundary; SPEC A9). Only entries below the diagonal are read.
+            one margin per layer boundary; docs/objectives/domination.md#margins). Only entries
+            below the diagonal are read.
             Costs O(B·M²) on top. Cannot be combined with [B, L, L] margins.
         margin_scale, margin_offset: the thesis' separable margin ``k1·label + k2`` on
             positives (label > 0), added to any separable ``margins``; see ``label_margins``.
         flat: collapse labels to two layers, relevant (label > 0) vs not (thesis' "Flat").
         pool: treat all real documents of the batch as one list (the thesis' LETOR setup,
-            Sec. 8.1.2, SPEC A10); the per-query result then has shape [1].
+            Sec. 8.1.2, docs/objectives/domination.md#pooled); the per-query result then has shape
+            [1].
         reduction: ``"none"`` | ``"mean"`` | ``"sum"`` over queries with a preference pair.
 
     Inputs follow the rule of ``losses.inputs`` (empty shapes, integer labels, non-finite
@@ -227,7 +233,8 @@ def domination_loss(
 
     gap = torch.where(has_lower, below - g, 0.0)
     per_doc = torch.where(has_lower, F.softplus(gap), 0.0)
-    # A query is valid iff one of its real documents dominates another (SPEC §1).
+    # A query is valid iff one of its real documents dominates another
+    # (docs/architecture.md#validity-and-reduction).
     valid = has_lower.any(dim=-1)
     per_query = nan_for_nonfinite_scores(per_doc.sum(dim=-1), scores, mask, valid)
     return reduce_queries(per_query, valid, reduction)

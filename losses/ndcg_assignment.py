@@ -1,4 +1,5 @@
-"""Exact loss-augmented inference for the structured NDCG@k hinge (SPEC §4.6).
+"""Exact loss-augmented inference for the structured NDCG@k hinge
+(docs/objectives/hinge.md#loss-augmented-inference).
 
 For one query with ``n`` documents, scores ``s``, gains ``g = 2^label − 1`` and ideal DCG@k ``N``,
 
@@ -40,7 +41,8 @@ def position_weights(positions: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def position_discounts(positions: torch.Tensor, k: int, dtype: torch.dtype) -> torch.Tensor:
-    """``D(r) = 1 / log2(1 + r)`` for ``r ≤ k``, else 0 (the loss-side discount, SPEC A13)."""
+    """``D(r) = 1 / log2(1 + r)`` for ``r ≤ k``, else 0 (the loss-side discount,
+    docs/objectives/hinge.md#interpretations-chosen)."""
     r = positions.to(dtype)
     inside = positions <= k
     return torch.where(inside, 1.0 / torch.log2(1.0 + r.clamp(min=1.0)), torch.zeros_like(r))
@@ -146,7 +148,8 @@ def ystar_positions(
     """1-based positions of the correct ranking y* within its top k [B, L] (k + 1 elsewhere).
 
     ``"compatible"``: sort by (label desc, score desc), the Δ = 0 ranking closest to the scores
-    (SPEC §4.2); ``"index"``: label desc with ties in index order (fixed, so ξ is convex; A12).
+    (docs/objectives/hinge.md#the-loss); ``"index"``: label desc with ties in index order (fixed, so
+    ξ is convex; A12).
     Only positions ≤ k carry A(r) > 0, so each level's top k documents suffice (no full sort).
     ``levels``: ``(level, M)`` from :func:`query_levels`, else read from the labels.
     """
@@ -244,7 +247,8 @@ def label_level_dp(
     k: int,
     levels: tuple[torch.Tensor, int] | None = None,
 ) -> torch.Tensor:
-    """Loss-augmented argmax by the label-level DP of SPEC §4.6(b), batched over queries.
+    """Loss-augmented argmax by the label-level DP of docs/objectives/hinge.md#label-level-dp,
+    batched over queries.
 
     ``V_r(c) = max_m V_{r−1}(c − e_m) + A(r)·S_m[c_m] − D(r)·g_m / N`` where ``S_m`` holds level
     m's scores sorted descending. ``ideal`` must be > 0 where the result is used (the caller masks
@@ -393,7 +397,8 @@ def assignment_positions(
 ) -> torch.Tensor:
     """Loss-augmented argmax by one exact rectangular assignment per query, on CPU.
 
-    The benefit of document i at position r ≤ k' is ``A(r)·s_i − g_i·D(r)/N`` (SPEC §4.6a);
+    The benefit of document i at position r ≤ k' is ``A(r)·s_i − g_i·D(r)/N``
+    (docs/objectives/hinge.md#per-query-assignment);
     the result is copied back to the scores' device. Shapes as :func:`label_level_dp`.
     """
     batch, length = scores.shape

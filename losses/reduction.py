@@ -1,4 +1,5 @@
-"""The one definition of how per-query losses become a batch loss (SPEC §1 "Reduction")."""
+"""The one definition of how per-query losses become a batch loss
+(docs/architecture.md#validity-and-reduction)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,12 @@
 """Sparse linear domination ranker fitted by the thesis' batch coordinate descent (Algs. 1–7).
 
 The objective is the domination loss of a linear scorer ``f = X w`` averaged over the valid
-queries (``reduction="mean"`` of ``losses.domination``), plus ``l1·‖w‖₁ + l2·‖w‖²`` (SPEC §3.5;
+queries (``reduction="mean"`` of ``losses.domination``), plus ``l1·‖w‖₁ + l2·‖w‖²``
+(docs/objectives/domination.md#regularisation;
 the same meaning as ``RankingModule``'s ``l1``/``l2``). Each coordinate step minimises the
 quadratic upper bound ``L(w + δe_r) ≤ L(w) + g_r δ + β_r δ²/2`` with ``β_r = Σ_q m_q B_{q,r}``
-(thesis Sec. 2–3, SPEC §3.7) plus the penalty exactly: the ℓ1 step is the soft threshold, the ℓ2²
+(thesis Sec. 2–3, docs/objectives/domination.md#coordinate-descent-with-feature-induction) plus the
+penalty exactly: the ℓ1 step is the soft threshold, the ℓ2²
 step ``(−g − 2λw)/(β + 2λ)``. So the regularised objective never increases.
 
 Caching (thesis Sec. 6, Alg. 6) keeps every coordinate step local. Per document the solver keeps
@@ -33,7 +35,8 @@ NEG_INF = float("-inf")
 
 
 def soft_threshold(value: torch.Tensor | float, threshold: float) -> torch.Tensor | float:
-    """``S(v, t) = sign(v)·max(|v| − t, 0)``: the ℓ1 proximal step (SPEC A11: the thesis' third
+    """``S(v, t) = sign(v)·max(|v| − t, 0)``: the ℓ1 proximal step
+    (docs/objectives/domination.md#coordinate-steps-with-l1-and-l2-penalties: the thesis' third
     case is a typo; the soft threshold is what its Lemmas 1–2 prove)."""
     if isinstance(value, torch.Tensor):
         return torch.sign(value) * (value.abs() - threshold).clamp(min=0)

@@ -25,7 +25,8 @@ inference), so it bounds the suboptimality. Training stops when no constraint is
 more than ``epsilon``.
 
 With ``ystar="index"`` y* is fixed and this is exactly the convex problem of the paper. With the
-default ``"compatible"`` (SPEC A12) y* follows the current scores: each round recomputes
+default ``"compatible"`` (docs/objectives/hinge.md#the-correct-ranking-ystar) y* follows the current
+scores: each round recomputes
 ``Ψ_q(y*)`` and the working-set constraints with it (a concave-convex step), so the gap is that
 of the convex problem of the round's y*.
 """
@@ -45,9 +46,9 @@ class HingeCuttingPlane:
 
     Args:
         n_features: F.
-        k: NDCG truncation, also in A(r) (SPEC §4.7).
+        k: NDCG truncation, also in A(r) (docs/objectives/hinge.md#defaults-and-why).
         weight_decay: the ridge ``weight_decay/2·‖w‖²`` on the mean-ξ scale (λ = Q·weight_decay).
-        ystar: ``"compatible"`` or ``"index"`` (SPEC A12).
+        ystar: ``"compatible"`` or ``"index"`` (docs/objectives/hinge.md#the-correct-ranking-ystar).
         epsilon: a constraint joins the working set if it is violated by more than this (on the
             ξ_q scale); training converges when none is.
 

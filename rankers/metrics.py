@@ -1,4 +1,5 @@
-"""LETOR-4.0-exact ranking metrics, batched over padded queries (SPEC §6).
+"""LETOR-4.0-exact ranking metrics, batched over padded queries
+(docs/metrics.md#the-letor-script-rules).
 
 ``letor_metrics`` reproduces ``Eval-Score-4.0.pl`` (LETOR 4.0, Jun Xu, March 2009) per query:
 
@@ -7,7 +8,8 @@
 * relevance for P@k and AP: label > 0; NDCG gain ``2^label - 1``;
 * LETOR discount ``D(1) = D(2) = 1``, ``D(p) = 1/log2(p)`` for p >= 3 (not ``1/log2(1+p)``);
 * NDCG@k = DCG@k / IDCG@k, and 0 when IDCG@k = 0 (queries without relevant documents count as 0);
-* NDCG@k for k > n is 0 (the script's undef-as-0 quirk, SPEC §6.6 / A19);
+* NDCG@k for k > n is 0 (the script's undef-as-0 quirk,
+docs/metrics.md#ndcg-beyond-the-list-length);
 * P@k = #relevant in the first min(k, n) / k; AP = (1/R) sum_{p relevant} (#rel in top p) / p;
 * MeanNDCG = mean of NDCG@1..NDCG@n over all n positions of the query.
 
@@ -121,7 +123,8 @@ def letor_metrics(
     convention: str = "letor",
     short_list: str | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Per-query ranking metrics exactly as the LETOR 4.0 script computes them (SPEC §6).
+    """Per-query ranking metrics exactly as the LETOR 4.0 script computes them
+    (docs/metrics.md#the-letor-script-rules).
 
     Args:
         scores: predicted scores; higher ranks first. NaN is allowed only at padded slots.

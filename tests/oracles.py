@@ -1,8 +1,9 @@
-"""Slow, obviously-correct per-query oracles written straight from SPEC's equations.
+"""Slow, obviously-correct per-query oracles written straight from the equations in docs/.
 
 Each oracle takes ONE query's real documents only (padding already dropped), as float64
 tensors or Python lists, and uses naive loops, brute force or exact solvers. They are the
-reference the batched code in losses/ and rankers/ is tested against (SPEC §8).
+reference the batched code in losses/ and rankers/ is tested against
+(docs/architecture.md#how-a-loss-is-tested).
 """
 
 from __future__ import annotations
@@ -37,15 +38,17 @@ def listnet_oracle(scores, labels):
     return -sum((target[i] / total) * (scores[i] - log_z) for i in range(len(labels)))
 
 
-# ---- LETOR 4.0 metric oracles (SPEC §6) ----
+# ---- LETOR 4.0 metric oracles (docs/metrics.md#the-letor-script-rules) ----
 
 
 def letor_query_metrics_oracle(scores, labels, ks=(1, 3, 5, 10), short_list="zero"):
-    """One query, loop by loop as ``Eval-Score-4.0.pl`` (LETOR 4.0) does it (SPEC §6).
+    """One query, loop by loop as ``Eval-Score-4.0.pl`` (LETOR 4.0) does it
+    (docs/metrics.md#the-letor-script-rules).
 
     ``scores``/``labels``: the query's documents in file order (plain numbers). The script's
     hashes ``{0:0, 1:1, 2:3}`` and ``{0:0, 1:1, 2:1}`` are written as ``2^l - 1`` and ``l > 0``
-    (SPEC §6.2). ``short_list="ndcg_at_n"`` reports NDCG@n for k > n instead of the script's
+    (docs/metrics.md#relevance-and-gains). ``short_list="ndcg_at_n"`` reports NDCG@n for k > n
+    instead of the script's
     undef-as-0. Returns plain floats keyed ``map, mean_ndcg, ndcg@k, p@k``.
     """
     scores = [float(s) for s in scores]
@@ -148,11 +151,12 @@ def trec_query_metrics_oracle(scores, labels, ks=(1, 3, 5, 10)):
     return result
 
 
-# ---- structured NDCG@k hinge oracles (SPEC §4) ----
+# ---- structured NDCG@k hinge oracles (docs/objectives/hinge.md#the-loss) ----
 
 
 def _hinge_parts(labels, k):
-    """A(r), D(r), gains and ideal DCG@k straight from SPEC §4.2 for one query."""
+    """A(r), D(r), gains and ideal DCG@k straight from docs/objectives/hinge.md#the-loss for one
+    query."""
     labels = [float(x) for x in labels]
 
     def weight(r):
@@ -232,20 +236,22 @@ def hinge_loss_augmented_value_oracle(scores, labels, k, positions):
 
 
 def ndcg_at_k_loss_side_oracle(scores, labels, k):
-    """1 − NDCG@k of sort(s) with the loss-side discount 1/log2(1 + r) (SPEC A13)."""
+    """1 − NDCG@k of sort(s) with the loss-side discount 1/log2(1 + r)
+    (docs/objectives/hinge.md#interpretations-chosen)."""
     weight, discount, gains, ideal = _hinge_parts(labels, k)
     order = sorted(range(len(scores)), key=lambda i: -float(scores[i]))
     dcg = sum(gains[i] * discount(r) for r, i in enumerate(order, start=1))
     return 1.0 - dcg / ideal
 
 
-# ---- domination loss oracles (SPEC §3) ----
+# ---- domination loss oracles (docs/objectives/domination.md#the-loss) ----
 
 
 def domination_query_oracle(scores, labels, pairwise_margins=None):
     """One query's domination loss ``Σ_i log(1 + Σ_{j: r_j < r_i} exp(s_j − s_i + Δ(i, j)))``.
 
-    Naive O(n²) loops straight from thesis eqs. 5–6 (SPEC §3.2). ``scores`` is a float64 tensor
+    Naive O(n²) loops straight from thesis eqs. 5–6 (docs/objectives/domination.md#margins).
+    ``scores`` is a float64 tensor
     (may require grad, so autograd gives the oracle gradient); ``labels`` a list or tensor;
     ``pairwise_margins`` an n×n tensor/array of Δ(i, j) or None (Δ = 0).
     """
@@ -263,7 +269,7 @@ def domination_query_oracle(scores, labels, pairwise_margins=None):
     return total
 
 
-# ---- ConeRank oracles (SPEC §2) ----
+# ---- ConeRank oracles (docs/objectives/conerank.md) ----
 
 
 def _cone_face_solve(gram, linear, total):
@@ -329,7 +335,7 @@ def cone_query_loss_oracle(
 
     ``features`` [n, F] and ``basis`` [F, K] are float64 tensors (may require grad); w* comes
     from :func:`cone_fold_in_exact` and is held fixed, so autograd gives the Danskin gradient
-    (SPEC §2.4). Returns a 0-d tensor (0 when the query has no pair).
+    (docs/objectives/conerank.md#the-loss). Returns a 0-d tensor (0 when the query has no pair).
     """
     labels = [float(v) for v in labels]
     n, n_features = features.shape
@@ -368,7 +374,7 @@ def distance_to_probability_simplex(z):
     return float(((z - projection) ** 2).sum())
 
 
-# ---- ConvexLoss oracles (SPEC §5) ----
+# ---- ConvexLoss oracles (docs/objectives/convex.md) ----
 
 
 def convex_delta_oracle(order, labels, delta, ndcg_k=None):

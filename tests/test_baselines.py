@@ -1,4 +1,5 @@
-"""RankNet and ListNet against their float64 per-query oracles (DESIGN "A loss test")."""
+"""RankNet and ListNet against their float64 per-query oracles
+(docs/architecture.md#how-a-loss-is-tested)."""
 
 import pytest
 import torch

@@ -102,14 +102,41 @@ def test_scale_tiny(tmp_path):
     assert "| listnet | full lists |" in text and "failed" not in text
 
 
+def _ratio_bounds(numerator: str, denominator: str) -> tuple[float, float]:
+    """The range of the quotient of two printed numbers, each rounded to its last decimal."""
+    a, b = float(numerator), float(denominator)
+    a_half, b_half = (
+        0.5 * 10.0 ** -len(text.partition(".")[2]) for text in (numerator, denominator)
+    )
+    upper = (a + a_half) / (b - b_half) if b > b_half else float("inf")
+    return max(a - a_half, 0.0) / (b + b_half), upper
+
+
 def test_cone_throughput_tiny(capsys):
+    from omegaconf import OmegaConf
+
     from benchmarks import cone_throughput
 
     cone_throughput.main(["--lengths", "6", "--batch", "3", "--repeats", "1", "--no-memory"])
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("| 6 |"))
     cells = [cell.strip() for cell in row.strip("|").split("|")]
-    assert len(cells) == 10 and cells[4].endswith("x") and cells[7].endswith("x")
+    assert len(cells) == 10
+    # the batch it measured: 3 queries of 6 documents, pairs (l, m) with label_l > label_m
+    _, labels, _, _ = cone_throughput.make_batch(3, 6, 46, 10, "cpu")
+    assert int(cells[1]) == int((labels.unsqueeze(-1) > labels.unsqueeze(-2)).sum()) > 0
+    fista, active, default, domination = (float(cells[i]) for i in (2, 3, 5, 6))
+    assert min(fista, active, default, domination) >= 0
+    # each ratio column is the quotient of the timings printed beside it (up to their rounding)
+    for ratio, a, b in ((cells[4], cells[2], cells[3]), (cells[7], cells[5], cells[6])):
+        low, high = _ratio_bounds(a, b)
+        assert low - 0.05 <= float(ratio.removesuffix("x")) <= high + 0.05, (ratio, a, b)
     differences = [float(value) for value in cells[8].split(",")]
-    assert all(0 <= value < 1e-5 for value in differences)  # both agree with float64
-    assert "default = conf/loss/cone.yaml (solver active_set" in out
+    assert len(differences) == 2 and all(0 <= value < 1e-5 for value in differences)  # float64
+    assert cells[9] == "—"  # --no-memory
+    config = OmegaConf.load(ROOT / "conf" / "loss" / "cone.yaml")  # what the default row builds
+    assert (
+        f"default = conf/loss/cone.yaml (solver {config.solver}, max_pairs_per_query "
+        f"{config.max_pairs_per_query})" in out
+    )
+    assert "B=3, F=46, K=10" in out and "median of 1" in out

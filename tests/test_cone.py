@@ -1,4 +1,5 @@
-"""ConeRank's cone loss and fold-in against float64 per-query oracles (SPEC §2, §8)."""
+"""ConeRank's cone loss and fold-in against float64 per-query oracles (docs/objectives/conerank.md,
+§8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""ConeRank ranker: basis constraint, Algorithm 2 vs its closed form, linear export (SPEC §2.5)."""
+"""ConeRank ranker: basis constraint, Algorithm 2 vs its closed form, linear export
+(docs/objectives/conerank.md#prediction-algorithm-2)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from tests.oracles import cone_fold_in_exact
 
 
 def order_by_tie_rule(scores, mask):
-    """Real documents sorted by (score desc, index desc): Algorithm 2's order (SPEC A5)."""
+    """Real documents sorted by (score desc, index desc): Algorithm 2's order
+    (docs/objectives/conerank.md#prediction-algorithm-2)."""
     real = [i for i in range(len(scores)) if mask[i]]
     return sorted(real, key=lambda i: (-float(scores[i]), -i))
 

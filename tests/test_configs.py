@@ -1,7 +1,10 @@
 """Every option of every config group composes and instantiates; every model/loss pair either
-builds or fails with the compatibility message; every experiment runs with fast_dev_run; a loss
+builds or fails with the compatibility message; every experiment composes and runs with
+fast_dev_run; configs compose rather than copy (hinge_k10 is hinge, the cutting-plane solver and
+ConeRank follow their loss's values, the Optuna searches share one sweeper header); a loss
 brings its validated setting; data resolves against $LETOR_DIR, else the project."""
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from tests.conftest import MQ2008, ROOT
+from train import resolved
 
 CONF = ROOT / "conf"
 
@@ -65,21 +69,110 @@ def test_every_data_option_composes(train_config, data):
     assert instantiate(cfg.data).n_features == 46
 
 
-def experiment_needs_mq2008(name: str) -> bool:
-    return "mq2008" in (CONF / "experiment" / f"{name}.yaml").read_text()
+def missing_data_root(cfg) -> str | None:
+    """The composed data's root when it names a folder that does not exist (e.g. MQ2008 not
+    downloaded), else None. Decided from the composed config, so an experiment that inherits
+    its data (experiment=hinge_k10 from hinge) counts as well as one that names it."""
+    root = cfg.data.get("root")
+    return None if root is None or Path(root).is_dir() else root
+
+
+@pytest.mark.parametrize("experiment", options("experiment"))
+def test_every_experiment_composes_and_builds_its_model_and_loss(train_config, experiment):
+    cfg = train_config([f"experiment={experiment}"])
+    assert cfg.hydra.runtime.choices.experiment == experiment
+    module = instantiate(cfg.model, loss=instantiate(cfg.loss), n_features=46)
+    assert module(torch.randn(2, 5, 46)).shape == (2, 5)
 
 
 @pytest.mark.parametrize("experiment", options("experiment"))
 def test_every_experiment_runs_fast_dev_run(train_config, experiment, tmp_path):
-    if experiment_needs_mq2008(experiment) and not MQ2008.is_dir():
-        pytest.skip(f"MQ2008 not found at {MQ2008}")
     from train import train
 
     cfg = train_config(
         [f"experiment={experiment}", "trainer.fast_dev_run=true", "logger=csv", "callbacks=none"]
     )
+    if root := missing_data_root(cfg):
+        pytest.skip(f"experiment={experiment} reads {root}, which does not exist")
     value = train(cfg, Path(cfg.hydra.runtime.output_dir))
     assert 0.0 <= value <= 1.0
+
+
+def test_the_data_an_experiment_needs_is_read_from_the_composed_config(train_config):
+    for name in ("hinge", "hinge_k10", "hinge_k10_cutting_plane"):  # hinge_k10 inherits it
+        data = train_config([f"experiment={name}"]).data
+        assert data._target_ == "datamodules.letor.LetorDataModule", name
+        assert Path(data.root).name == "MQ2008", name
+    assert missing_data_root(train_config(["experiment=hinge_k10", "data.root=/nonexistent"]))
+    assert missing_data_root(train_config([])) is None  # synthetic data: no root
+
+
+def test_hinge_k10_is_the_hinge_experiment_composed_not_copied(train_config):
+    """experiment=hinge_k10 (the README's name) is experiment=hinge; the per-k curve is
+    experiment=hinge loss.k=K, which differs from it in loss.k alone."""
+    assert resolved(train_config(["experiment=hinge_k10"])) == resolved(
+        train_config(["experiment=hinge"])
+    )
+    own = OmegaConf.to_container(OmegaConf.load(CONF / "experiment" / "hinge_k10.yaml"))
+    assert own == {"defaults": ["hinge"]}  # no value of its own
+    hinge = resolved(train_config(["experiment=hinge"]))
+    assert hinge["loss"]["k"] == 10 and hinge["data"]["root"].endswith("MQ2008")
+    assert hinge["model"]["optimizer"] | {"_partial_": True} == {
+        "_target_": "torch.optim.Adam",
+        "_partial_": True,
+        "lr": 0.001,
+        "weight_decay": 0.01,
+    }
+    del hinge["loss"]["k"]
+    for k in (1, 5):
+        curve = resolved(train_config(["experiment=hinge", f"loss.k={k}"]))
+        assert curve["loss"].pop("k") == k and curve == hinge
+
+
+def test_the_cutting_plane_solver_follows_the_loss_k_and_ystar(train_config):
+    def solver(overrides):
+        cfg = train_config(["experiment=hinge_k10_cutting_plane", *overrides])
+        built = instantiate(cfg.model, loss=instantiate(cfg.loss), n_features=46).solver
+        return cfg.model.solver.k, cfg.model.solver.ystar, built.k, built.ystar
+
+    assert solver([]) == (10, "compatible", 10, "compatible")
+    assert solver(["loss.k=5"]) == (5, "compatible", 5, "compatible")
+    assert solver(["loss.ystar=index"])[1::2] == ("index", "index")
+    # a loss without k / ystar (only the logged train/loss): the solver keeps its defaults
+    cfg = train_config(["model=hinge_cutting_plane", "loss=ranknet"])
+    assert (cfg.model.solver.k, cfg.model.solver.ystar) == (10, "compatible")
+
+
+def test_conerank_takes_rho_and_alpha_from_the_cone_loss(train_config):
+    def ranker(overrides):
+        cfg = train_config(["model=conerank", "loss=cone", *overrides])
+        return instantiate(cfg.model, loss=instantiate(cfg.loss), n_features=16).ranker
+
+    default = ranker([])
+    assert (default.rho, default.alpha, default.radius) == (4.0, 1.0, 8.0)  # sqrt(F), 1, 2·rho
+    tied = ranker(["loss.rho=3", "loss.alpha=2"])
+    assert (tied.rho, tied.alpha, tied.radius) == (3.0, 2.0, 6.0)
+
+
+SEARCHES = options("hparams_search")
+HEADER = ("direction", "n_trials", "n_jobs", "sampler")  # conf/hydra/sweeper/optuna_search.yaml
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None,
+    reason="hydra-optuna-sweeper (the optional 'cluster' extra) is not installed",
+)
+@pytest.mark.parametrize("name", SEARCHES)
+def test_every_hparams_search_composes_with_the_shared_sweeper_header(train_config, name):
+    cfg = train_config([f"+hparams_search={name}", "seed=7"])
+    sweeper = cfg.hydra.sweeper
+    assert cfg.hydra.runtime.choices["hydra/sweeper"] == "optuna_search"
+    assert sweeper._target_.endswith("OptunaSweeper") and sweeper.study_name == name
+    assert (sweeper.direction, sweeper.n_trials, sweeper.n_jobs) == ("maximize", 30, 1)
+    assert sweeper.sampler.seed == 7  # the run's seed
+    assert sweeper.params  # its own search space
+    search = OmegaConf.load(CONF / "hparams_search" / f"{name}.yaml").hydra.sweeper
+    assert not set(search) & set(HEADER), "the header belongs in the shared sweeper config"
 
 
 def test_a_loss_brings_its_validated_setting_to_the_linear_model(train_config):

@@ -1,4 +1,5 @@
-"""ConvexLoss (SPEC §5): the batched set-LSE against per-query oracles, the pair-space closed form,
+"""ConvexLoss (docs/objectives/convex.md): the batched set-LSE against per-query oracles, the
+pair-space closed form,
 the estimator's bound, padding, reductions, stability and the module's refresh policy."""
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
-"""DESIGN "Dependency rules": losses/ imports only torch; rankers/ (but module.py) only torch;
-datamodules/ never imports losses or rankers."""
+"""Dependency rules: losses/ imports only torch; rankers/ only torch, but for the Hydra /
+Lightning harness (module.py, sweep_summary.py); datamodules/ never imports losses or rankers.
+Packaging: only those packages are installed, train.py stays a script."""
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +12,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+# rankers/ modules that may import the framework (Lightning, Hydra): the harness and CLIs
+HARNESS = {"module.py", "sweep_summary.py", "ensemble.py"}
 
 
 def imported_roots(path: Path) -> set[str]:
@@ -34,7 +38,7 @@ def test_losses_import_only_torch(path):
 
 @pytest.mark.parametrize(
     "path",
-    [p for p in sorted((ROOT / "rankers").glob("*.py")) if p.name != "module.py"],
+    [p for p in sorted((ROOT / "rankers").glob("*.py")) if p.name not in HARNESS],
     ids=lambda p: p.name,
 )
 def test_rankers_import_only_torch(path):
@@ -57,3 +61,29 @@ def test_import_losses_pulls_in_no_framework():
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]", result.stdout
+
+
+def test_train_is_a_script_not_an_installed_module(tmp_path):
+    """The distribution installs the packages only: from a directory outside the project
+    ``import train`` fails and the former top-level ``sweeps`` is gone, while the packages
+    resolve to this project when differank is installed (``pip install -e .``)."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+
+    def run(code):
+        return subprocess.run(
+            [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+
+    failed = run("import train")
+    assert failed.returncode != 0 and "No module named 'train'" in failed.stderr, failed.stderr
+    assert "No module named 'sweeps'" in run("import sweeps").stderr
+    located = run(
+        "import importlib.metadata as m, importlib.util as u\n"
+        "m.distribution('differank')  # PackageNotFoundError: not installed\n"
+        "print(*(u.find_spec(name).origin for name in ('losses', 'rankers', 'datamodules')))"
+    )
+    if "PackageNotFoundError" in located.stderr:
+        return  # the packages are on sys.path only inside the project: nothing more to check
+    assert located.stdout.split() == [
+        str(ROOT / name / "__init__.py") for name in ("losses", "rankers", "datamodules")
+    ], located.stderr

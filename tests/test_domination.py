@@ -1,4 +1,5 @@
-"""Domination loss (SPEC §3): batched closed form vs the naive O(n²) per-query oracle."""
+"""Domination loss (docs/objectives/domination.md#the-loss): batched closed form vs the naive O(n²)
+per-query oracle."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def oracle_per_query(scores, labels, mask, pairwise=None):
 
 
 def check_against_oracle(scores, labels, mask, oracle_scores=None, pairwise=None, **kwargs):
-    """Value and gradient of the batched loss == oracle, per query, to 1e-9 (SPEC §8)."""
+    """Value and gradient of the batched loss == oracle, per query, to 1e-9
+    (docs/architecture.md#how-a-loss-is-tested)."""
     leaf = scores.detach().clone().requires_grad_(True)
     value = domination_loss(leaf, labels, mask, reduction="none", **kwargs)
     (grad,) = torch.autograd.grad(value.sum(), leaf)

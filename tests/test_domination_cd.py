@@ -1,4 +1,5 @@
-"""Coordinate-descent domination solver (thesis Algs. 1–7, SPEC §3.7) against the loss module."""
+"""Coordinate-descent domination solver (thesis Algs. 1–7,
+docs/objectives/domination.md#coordinate-descent-with-feature-induction) against the loss module."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Structured NDCG@k hinge (SPEC §4): both exact solvers against brute force and scipy's LSA."""
+"""Structured NDCG@k hinge (docs/objectives/hinge.md#the-loss): both exact solvers against brute
+force and scipy's LSA."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""LETOR-4.0-exact metrics (SPEC §6): hand-computed goldens per rule, the loop-by-loop oracle on
+"""LETOR-4.0-exact metrics (docs/metrics.md#the-letor-script-rules): hand-computed goldens per rule,
+the loop-by-loop oracle on
 random tied/short/padded queries, padding invariance, conventions, errors, and the torchmetrics
 wrapper."""
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from rankers.metrics import letor_metrics, letor_ranking, metric_keys
+from rankers.module import LetorMetric
 from tests.oracles import letor_query_metrics_oracle, trec_query_metrics_oracle
 
 NAN = float("nan")
@@ -62,7 +64,7 @@ def random_queries(count, seed, *, max_n=30, levels=3):
 
 
 # ---------------------------------------------------------------------------------------------
-# Hand-computed goldens, one per rule of SPEC §6
+# Hand-computed goldens, one per rule of docs/metrics.md#the-letor-script-rules
 # ---------------------------------------------------------------------------------------------
 
 # Query A (file order): scores [0.5, 0.9, 0.5, 0.1], labels [2, 0, 1, 1].
@@ -365,15 +367,7 @@ def test_clear_errors():
 # ---------------------------------------------------------------------------------------------
 
 
-def _letor_metric_class():
-    module = pytest.importorskip("rankers.module")
-    if not hasattr(module, "LetorMetric"):
-        pytest.skip("rankers.module does not define LetorMetric yet")
-    return module.LetorMetric
-
-
 def test_letor_metric_batch_by_batch_equals_one_call():
-    LetorMetric = _letor_metric_class()
     queries = random_queries(70, seed=21)
     scores, labels, mask = pack(queries, extra=2, generator=torch.Generator().manual_seed(2))
     whole = letor_metrics(scores, labels, mask, ks=(1, 3, 10))
@@ -391,7 +385,6 @@ def test_letor_metric_batch_by_batch_equals_one_call():
 
 
 def test_letor_metric_ignores_empty_rows_and_validates_options():
-    LetorMetric = _letor_metric_class()
     metric = LetorMetric(ks=(1,), convention="trec")
     scores = torch.tensor([[NAN, NAN], [1.0, 2.0]])
     labels = torch.tensor([[NAN, NAN], [1.0, 0.0]])

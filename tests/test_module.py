@@ -20,6 +20,8 @@ from rankers.module import (
 class BasisRanker(Ranker):
     """A stand-in feature-space ranker that hands the loss a basis, like ConeRank."""
 
+    radius = 1.0
+
     def __init__(self, n_features):
         super().__init__()
         self.n_features = n_features
@@ -35,8 +37,11 @@ class BasisRanker(Ranker):
     def loss_inputs(self):
         return {"basis": self.basis}
 
-    def constrain(self):
+    @torch.no_grad()
+    def constrain(self):  # ConeRank's: each column back onto the ball ||u_k|| <= radius
         self.constrained += 1
+        norms = self.basis.norm(dim=0, keepdim=True)
+        self.basis.mul_((self.radius / norms.clamp(min=1e-30)).clamp(max=1.0))
 
 
 class BasisLoss(nn.Module):
@@ -78,12 +83,38 @@ def test_penalty_is_l1_plus_l2_on_weights_only():
         RankingModule(LinearRanker, RankNetLoss(), adam, n_features=3, l1=-1.0)
 
 
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")  # no Trainer here
 def test_training_step_and_constraint_hook():
+    # training_step: the batch's loss plus the weight penalty
+    linear = RankingModule(LinearRanker, RankNetLoss(), adam, n_features=3, l2=2.0)
+    with torch.no_grad():
+        linear.ranker.linear.weight.copy_(torch.tensor([[1.0, -2.0, 3.0]]))
+    penalty = linear.penalty()
+    assert penalty.item() == pytest.approx(2.0 * 14)
+    assert linear.training_step(batch(), 0).item() == pytest.approx(
+        (linear.batch_loss(batch()) + penalty).item()
+    )
+    # optimizer_step: the optimizer's step on training_step's loss, then the ranker's constraint
     module = RankingModule(BasisRanker, BasisLoss(), adam, n_features=3)
-    loss = module.batch_loss(batch())
-    assert loss.item() == pytest.approx(6.0)
+    with torch.no_grad():
+        module.ranker.basis[:, 1] = 0.3  # column norms sqrt(3) (outside the ball), 0.3·sqrt(3)
+    assert module.training_step(batch(), 0).item() == pytest.approx(3 * (1 + 0.09))  # Σ u²
     optimizer = module.configure_optimizers()
     assert isinstance(optimizer, torch.optim.Adam)
+
+    def closure():
+        optimizer.zero_grad()
+        loss = module.training_step(batch(), 0)
+        loss.backward()
+        return loss
+
+    module.optimizer_step(0, 0, optimizer, closure)
+    # Adam's first step moves every entry by lr 0.1 towards 0: the first column (1 -> 0.9, norm
+    # 0.9·sqrt(3) > 1) is projected back onto the unit ball, the second (0.3 -> 0.2) is inside
+    assert module.ranker.constrained == 1
+    expected = torch.tensor([[3**-0.5, 0.2]]).expand(3, 2)
+    torch.testing.assert_close(module.ranker.basis.detach(), expected)
+    assert module.ranker.basis.norm(dim=0).tolist() == pytest.approx([1.0, 0.2 * 3**0.5])
 
 
 def test_scores_by_row_requires_every_row_exactly_once():

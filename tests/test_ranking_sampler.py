@@ -1,4 +1,5 @@
-"""The orderings' statistics and the batched MCMC swap sampler (SPEC §5.5–5.6): exact Δ and
+"""The orderings' statistics and the batched MCMC swap sampler
+(docs/objectives/convex.md#the-mcmc-swap-sampler): exact Δ and
 coefficients against per-order oracles, deduplication, padding, reproducibility, and the
 sampler's statistics (restart skew shifts Δ; Metropolis chains target exp(E))."""
 

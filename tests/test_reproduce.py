@@ -1,5 +1,5 @@
 """``benchmarks/reproduce.py`` chooses its rows: ``--overrides`` gives one row of its own, which
-``--peers`` adds to rather than replaces."""
+``--peers`` adds to rather than replaces; ``--sweep`` gives each row once per value."""
 
 from __future__ import annotations
 
@@ -37,6 +37,26 @@ def chosen_rows(monkeypatch):
         ),
         (["--overrides", "loss=listnet"], [("loss=listnet", ["loss=listnet"], None)]),
         (["--peers", "ranksvm"], [("peer_ranksvm", [], "ranksvm")]),
+        (  # the structured hinge's per-k curve: one experiment, one row per k
+            ["--experiment", "hinge", "--sweep", "loss.k=1,2,10"],
+            [
+                ("hinge_loss.k=1", ["experiment=hinge", "loss.k=1"], None),
+                ("hinge_loss.k=2", ["experiment=hinge", "loss.k=2"], None),
+                ("hinge_loss.k=10", ["experiment=hinge", "loss.k=10"], None),
+            ],
+        ),
+        (
+            ["--overrides", "loss=hinge", "--sweep", "loss.k=range(1,3)", "seed=0,1"],
+            [
+                (
+                    f"loss=hinge_loss.k={k}_seed={s}",
+                    [f"loss.k={k}", f"seed={s}", "loss=hinge"],
+                    None,
+                )
+                for k in (1, 2)
+                for s in (0, 1)
+            ],
+        ),
     ],
 )
 def test_overrides_row_is_kept_when_peers_are_added(chosen_rows, argv, expected):

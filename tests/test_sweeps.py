@@ -13,7 +13,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from sweeps import summarize
+from rankers.sweep_summary import summarize
 from tests.conftest import ROOT
 
 CONF = ROOT / "conf"
