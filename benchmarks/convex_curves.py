@@ -101,12 +101,22 @@ def main() -> None:
             f"trainer.max_epochs={args.epochs}", *args.overrides]  # fmt: skip
     samples_base = [*base, f"loss.restart_skew={args.samples_skew}"]
     samples = sweep(
-        f"samples{args.tag}", args.samples, "loss.num_samples", samples_base, args.folds,
-        args.runs, args.jobs,
+        f"samples{args.tag}",
+        args.samples,
+        "loss.num_samples",
+        samples_base,
+        args.folds,
+        args.runs,
+        args.jobs,
     )
     skew_base = [*base, f"loss.num_samples={args.skew_samples}"]
     skews = sweep(
-        f"skew{args.tag}", args.skews, "loss.restart_skew", skew_base, args.folds, args.runs,
+        f"skew{args.tag}",
+        args.skews,
+        "loss.restart_skew",
+        skew_base,
+        args.folds,
+        args.runs,
         args.jobs,
     )
     caption = (f"ConvexLoss_{args.delta.upper()}, linear scorer, MQ2008 folds "

@@ -67,8 +67,10 @@ def main() -> None:
     torch.set_num_threads(1)
 
     rows = []
-    print("| fold | variant | l1 (val) | nnz / F | sweeps | seconds | objective | val MAP "
-          "| test MAP | test NDCG@10 |")
+    print(
+        "| fold | variant | l1 (val) | nnz / F | sweeps | seconds | objective | val MAP "
+        "| test MAP | test NDCG@10 |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for fold in args.folds:
         data = LetorDataModule(args.root, fold=fold, normalization="zscore")
@@ -77,8 +79,13 @@ def main() -> None:
         for variant, extra in VARIANTS.items():
             best = None
             for l1 in args.l1:
-                options = {"l1": l1, "alpha": args.alpha, "tol": args.tol, "bound": args.bound,
-                           **extra}
+                options = {
+                    "l1": l1,
+                    "alpha": args.alpha,
+                    "tol": args.tol,
+                    "bound": args.bound,
+                    **extra,
+                }
                 solver, stats = fit(options, train, args.max_steps)
                 val = evaluate(solver.ranker, vali)
                 if best is None or val["map"] > best[1]["map"]:
@@ -86,24 +93,41 @@ def main() -> None:
             l1, val, solver, stats = best
             result = evaluate(solver.ranker, test)
             n_features = train["features"].shape[-1]
-            row = {"fold": fold, "variant": variant, "l1": l1, "nnz": stats["nnz"],
-                   "sweeps": stats["total_sweeps"], "seconds": stats["seconds"],
-                   "objective": stats["objective"], "val": val["map"], "map": result["map"],
-                   "ndcg@10": result["ndcg@10"]}
+            row = {
+                "fold": fold,
+                "variant": variant,
+                "l1": l1,
+                "nnz": stats["nnz"],
+                "sweeps": stats["total_sweeps"],
+                "seconds": stats["seconds"],
+                "objective": stats["objective"],
+                "val": val["map"],
+                "map": result["map"],
+                "ndcg@10": result["ndcg@10"],
+            }
             rows.append(row)
-            print(f"| {fold} | {variant} | {l1:g} | {int(row['nnz'])} / {n_features} | "
-                  f"{row['sweeps']} | {row['seconds']:.1f} | {row['objective']:.4f} | "
-                  f"{row['val']:.4f} | {row['map']:.4f} | {row['ndcg@10']:.4f} |", flush=True)
-    print("\n| variant | mean nnz | mean sweeps | mean seconds | mean val MAP | mean test MAP "
-          "| std test MAP |")
+            print(
+                f"| {fold} | {variant} | {l1:g} | {int(row['nnz'])} / {n_features} | "
+                f"{row['sweeps']} | {row['seconds']:.1f} | {row['objective']:.4f} | "
+                f"{row['val']:.4f} | {row['map']:.4f} | {row['ndcg@10']:.4f} |",
+                flush=True,
+            )
+    print(
+        "\n| variant | mean nnz | mean sweeps | mean seconds | mean val MAP | mean test MAP "
+        "| std test MAP |"
+    )
     print("|---|---|---|---|---|---|---|")
     for variant in VARIANTS:
         chosen = [row for row in rows if row["variant"] == variant]
-        mean = {key: statistics.fmean(row[key] for row in chosen)
-                for key in ("nnz", "sweeps", "seconds", "val", "map")}
+        mean = {
+            key: statistics.fmean(row[key] for row in chosen)
+            for key in ("nnz", "sweeps", "seconds", "val", "map")
+        }
         spread = statistics.stdev(row["map"] for row in chosen) if len(chosen) > 1 else 0.0
-        print(f"| {variant} | {mean['nnz']:.1f} | {mean['sweeps']:.0f} | {mean['seconds']:.1f} "
-              f"| {mean['val']:.4f} | {mean['map']:.4f} | {spread:.4f} |")
+        print(
+            f"| {variant} | {mean['nnz']:.1f} | {mean['sweeps']:.0f} | {mean['seconds']:.1f} "
+            f"| {mean['val']:.4f} | {mean['map']:.4f} | {spread:.4f} |"
+        )
 
 
 if __name__ == "__main__":

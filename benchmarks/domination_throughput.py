@@ -108,8 +108,16 @@ def make_step(method, scores, labels, mask):
 def child_peak(method: str, batch: int, length: int) -> int:
     """Peak bytes of one forward+backward, measured in a fresh process (see module docstring)."""
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "4096"}
-    command = [sys.executable, __file__, "--child", method, "--batch", str(batch),
-               "--lengths", str(length)]
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        method,
+        "--batch",
+        str(batch),
+        "--lengths",
+        str(length),
+    ]
     return int(subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout)
 
 
@@ -127,10 +135,14 @@ def main() -> None:
         step()
         print(min(peak_bytes(step, device) for _ in range(3)))
         return
-    print(f"B={args.batch}, labels in {{0,1,2}}, lists of L/2..L real documents, "
-          f"float32, forward+backward, device={device}, threads={torch.get_num_threads()}\n")
-    print("| L | closed form ms | dense ms | loop ms | dense/closed time | loop/closed time "
-          "| closed peak MB | dense peak MB | loop peak MB | dense/closed memory |")
+    print(
+        f"B={args.batch}, labels in {{0,1,2}}, lists of L/2..L real documents, "
+        f"float32, forward+backward, device={device}, threads={torch.get_num_threads()}\n"
+    )
+    print(
+        "| L | closed form ms | dense ms | loop ms | dense/closed time | loop/closed time "
+        "| closed peak MB | dense peak MB | loop peak MB | dense/closed memory |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for length in args.lengths:
         scores, labels, mask = make_batch(args.batch, length, device)
@@ -146,10 +158,12 @@ def main() -> None:
         resolved = peaks["closed form"] >= 16384
         ratio = f"{peaks['dense [B,L,L]'] / peaks['closed form']:.1f}x" if resolved else "n/a"
         mb = {k: v / 2**20 for k, v in peaks.items()}  # page-granular: 4 KiB resolution
-        print(f"| {length} | {closed * 1e3:.3f} | {den * 1e3:.3f} | {lp * 1e3:.3f} | "
-              f"{den / closed:.1f}x | {lp / closed:.1f}x | {mb['closed form']:.2f} | "
-              f"{mb['dense [B,L,L]']:.2f} | {mb['per-query loop']:.2f} | "
-              f"{ratio} |")
+        print(
+            f"| {length} | {closed * 1e3:.3f} | {den * 1e3:.3f} | {lp * 1e3:.3f} | "
+            f"{den / closed:.1f}x | {lp / closed:.1f}x | {mb['closed form']:.2f} | "
+            f"{mb['dense [B,L,L]']:.2f} | {mb['per-query loop']:.2f} | "
+            f"{ratio} |"
+        )
 
 
 if __name__ == "__main__":

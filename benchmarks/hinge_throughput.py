@@ -93,10 +93,14 @@ def main() -> None:
     if device.type == "cpu":
         torch.set_num_threads(1)  # every path single-threaded, so CPU time compares like for like
     clock = "wall" if device.type == "cuda" else "process CPU"
-    print(f"device={device}, k={k}, torch threads={torch.get_num_threads()}, "
-          f"median of {args.repeats} ({clock} ms per batch)\n")
-    print("| B | L | DP (ms) | scipy LSA per query (ms) | torch Hungarian per query (ms) "
-          "| LSA / DP | Hungarian / DP |")
+    print(
+        f"device={device}, k={k}, torch threads={torch.get_num_threads()}, "
+        f"median of {args.repeats} ({clock} ms per batch)\n"
+    )
+    print(
+        "| B | L | DP (ms) | scipy LSA per query (ms) | torch Hungarian per query (ms) "
+        "| LSA / DP | Hungarian / DP |"
+    )
     print("|---|---|---|---|---|---|---|")
     for batch in args.batches:
         for length in args.lengths:
@@ -120,8 +124,11 @@ def main() -> None:
             else:
                 t_hu = timed(hungarian, max(1, args.repeats // 3), device)
                 ratio_hu = t_hu / t_dp
-            print(f"| {batch} | {length} | {t_dp:.2f} | {t_lsa:.2f} | {t_hu:.1f} | "
-                  f"{t_lsa / t_dp:.1f}x | {ratio_hu:.0f}x |", flush=True)
+            print(
+                f"| {batch} | {length} | {t_dp:.2f} | {t_lsa:.2f} | {t_hu:.1f} | "
+                f"{t_lsa / t_dp:.1f}x | {ratio_hu:.0f}x |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

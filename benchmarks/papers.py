@@ -115,8 +115,12 @@ def _header(key: str) -> str:
 
 def table(source: str, columns: list[str], rows: dict[str, list[str]]) -> str:
     """One pinned table as markdown (values as published)."""
-    lines = [f"**{source}** (published)", "", "| algorithm | " + " | ".join(
-        _header(c) for c in columns) + " |", "|---|" + "---:|" * len(columns)]
+    lines = [
+        f"**{source}** (published)",
+        "",
+        "| algorithm | " + " | ".join(_header(c) for c in columns) + " |",
+        "|---|" + "---:|" * len(columns),
+    ]
     for name, values in rows.items():
         lines.append(f"| {name} | " + " | ".join(v for v in values) + " |")
     return "\n".join(lines) + "\n"

@@ -99,15 +99,26 @@ def fit_lightgbm(datamodule, tiny: bool) -> tuple[Callable, dict, float]:
     chosen = None
     for leaves in [7] if tiny else [7, 15, 31]:
         params = {
-            "objective": "lambdarank", "metric": "None",
-            "learning_rate": 0.05, "num_leaves": leaves, "min_data_in_leaf": 20,
-            "feature_fraction": 0.9, "bagging_fraction": 0.9, "bagging_freq": 1,
-            "num_threads": 1, "verbose": -1, "seed": 0, "deterministic": True,
+            "objective": "lambdarank",
+            "metric": "None",
+            "learning_rate": 0.05,
+            "num_leaves": leaves,
+            "min_data_in_leaf": 20,
+            "feature_fraction": 0.9,
+            "bagging_fraction": 0.9,
+            "bagging_freq": 1,
+            "num_threads": 1,
+            "verbose": -1,
+            "seed": 0,
+            "deterministic": True,
         }
         data = lgb.Dataset(x, y, group=groups)
         valid = lgb.Dataset(vx, vy, group=vgroups, reference=data)
         booster = lgb.train(
-            params, data, num_boost_round=rounds, valid_sets=[valid],
+            params,
+            data,
+            num_boost_round=rounds,
+            valid_sets=[valid],
             feval=lambda scores, _: ("map", val_map(scores), True),
             callbacks=[lgb.early_stopping(best, verbose=False)],
         )
@@ -132,14 +143,26 @@ def fit_xgboost(datamodule, tiny: bool) -> tuple[Callable, dict, float]:
     chosen = None
     for depth in [3] if tiny else [3, 6]:
         params = {
-            "objective": "rank:ndcg", "disable_default_eval_metric": 1, "eta": 0.05,
-            "max_depth": depth, "min_child_weight": 1, "subsample": 0.9,
-            "colsample_bytree": 0.9, "tree_method": "hist", "nthread": 1, "seed": 0,
+            "objective": "rank:ndcg",
+            "disable_default_eval_metric": 1,
+            "eta": 0.05,
+            "max_depth": depth,
+            "min_child_weight": 1,
+            "subsample": 0.9,
+            "colsample_bytree": 0.9,
+            "tree_method": "hist",
+            "nthread": 1,
+            "seed": 0,
         }
         booster = xgb.train(
-            params, dtrain, num_boost_round=rounds, evals=[(dval, "val")],
-            custom_metric=lambda scores, _: ("map", val_map(scores)), maximize=True,
-            early_stopping_rounds=best, verbose_eval=False,
+            params,
+            dtrain,
+            num_boost_round=rounds,
+            evals=[(dval, "val")],
+            custom_metric=lambda scores, _: ("map", val_map(scores)),
+            maximize=True,
+            early_stopping_rounds=best,
+            verbose_eval=False,
         )
         limit = (0, booster.best_iteration + 1)
         predict = lambda f, b=booster, r=limit: b.predict(xgb.DMatrix(f), iteration_range=r)  # noqa: E731
@@ -175,8 +198,14 @@ def fit_ranksvm(datamodule, tiny: bool) -> tuple[Callable, dict, float]:
     diffs, signs = pair_differences(train, MAX_PAIRS_PER_QUERY)
     chosen = None
     for c in [0.01] if tiny else [1e-3, 1e-2, 1e-1, 1.0]:
-        svm = LinearSVC(C=c, loss="squared_hinge", fit_intercept=False, dual=False,
-                        max_iter=5000, random_state=0)
+        svm = LinearSVC(
+            C=c,
+            loss="squared_hinge",
+            fit_intercept=False,
+            dual=False,
+            max_iter=5000,
+            random_state=0,
+        )
         svm.fit(diffs, signs)
         weights = svm.coef_.ravel()
         predict = lambda f, w=weights: np.asarray(f, dtype=np.float64) @ w  # noqa: E731
@@ -214,8 +243,13 @@ def run_peer(peer: str, datamodule, run_dir: Path, tiny: bool = False) -> dict:
     seconds = time.perf_counter() - start
     (run_dir / "test_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     (run_dir / "settings.json").write_text(json.dumps({**settings, "val_map": val_map}) + "\n")
-    return {"fold": datamodule.fold, **metrics, "val_map": val_map, "seconds": seconds,
-            "settings": settings}
+    return {
+        "fold": datamodule.fold,
+        **metrics,
+        "val_map": val_map,
+        "seconds": seconds,
+        "settings": settings,
+    }
 
 
 def main() -> None:

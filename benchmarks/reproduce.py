@@ -91,18 +91,29 @@ SUITES: dict[str, list[Config]] = {
     "mq2008": _MQ2008[:2] + _PAPER_CONE + _MQ2008[2:],
     "mq2008-fast": _MQ2008,
     # The four seed objectives' best settings: the "< 5 minutes on 2 cores" protocol timing.
-    "seeds": [experiment(name) for name in
-              ("conerank_tuned", "domination_layered", "convex_best", "hinge_k10")],
+    "seeds": [
+        experiment(name)
+        for name in ("conerank_tuned", "domination_layered", "convex_best", "hinge_k10")
+    ],
     # ConeRank's cost against the domination loss's, defaults of both, measured in one run.
     "cone-cost": [baseline("domination"), Config("conerank", ["model=conerank", "loss=cone"])],
     # CI smoke suite: tiny synthetic data, one epoch (see --tiny).
     "tiny": [baseline("ranknet"), baseline("listnet")],
 }
-SUITE_PEERS = {"mq2008": list(PEER_NAMES), "mq2008-fast": list(PEER_NAMES), "seeds": [],
-               "cone-cost": [], "tiny": ["ranksvm"]}
+SUITE_PEERS = {
+    "mq2008": list(PEER_NAMES),
+    "mq2008-fast": list(PEER_NAMES),
+    "seeds": [],
+    "cone-cost": [],
+    "tiny": ["ranksvm"],
+}
 TINY_OVERRIDES = [
-    "data=synthetic", "data.n_train_queries=40", "data.n_val_queries=20",
-    "data.n_test_queries=20", "trainer.max_epochs=1", "logger=csv",
+    "data=synthetic",
+    "data.n_train_queries=40",
+    "data.n_val_queries=20",
+    "data.n_test_queries=20",
+    "trainer.max_epochs=1",
+    "logger=csv",
 ]
 
 
@@ -111,8 +122,10 @@ def experiment_exists(config: Config) -> bool:
         return True
     if (ROOT / "conf" / "experiment" / f"{config.experiment}.yaml").is_file():
         return True
-    print(f"skipping {config.name}: conf/experiment/{config.experiment}.yaml does not exist yet",
-          flush=True)
+    print(
+        f"skipping {config.name}: conf/experiment/{config.experiment}.yaml does not exist yet",
+        flush=True,
+    )
     return False
 
 
@@ -174,8 +187,13 @@ def run_one(config: Config, fold: int, out_root: Path, tiny: bool, threads: int 
         best_val = train(cfg, run_dir)
         seconds = time.perf_counter() - start
         metrics = json.loads((run_dir / "test_metrics.json").read_text())
-        return {"fold": fold, **metrics, "val_map": best_val, "seconds": seconds,
-                "cpu_seconds": time.process_time() - cpu}
+        return {
+            "fold": fold,
+            **metrics,
+            "val_map": best_val,
+            "seconds": seconds,
+            "cpu_seconds": time.process_time() - cpu,
+        }
     except Exception as error:  # one failing row must not sink a long suite
         traceback.print_exc()
         message = " ".join(f"{type(error).__name__}: {error}".split())
@@ -186,12 +204,16 @@ def _progress(config: Config, row: dict) -> None:
     if "error" in row:
         print(f"[reproduce] {config.name} fold {row['fold']}: failed: {row['error']}", flush=True)
     else:
-        print(f"[reproduce] {config.name} fold {row['fold']}: MAP {row['map']:.4f}, "
-              f"{row['seconds']:.0f} s ({row['cpu_seconds']:.0f} s CPU)", flush=True)
+        print(
+            f"[reproduce] {config.name} fold {row['fold']}: MAP {row['map']:.4f}, "
+            f"{row['seconds']:.0f} s ({row['cpu_seconds']:.0f} s CPU)",
+            flush=True,
+        )
 
 
-def run_all(configs: list[Config], folds: list[int], out_root: Path, jobs: int, tiny: bool
-            ) -> dict[str, list[dict]]:
+def run_all(
+    configs: list[Config], folds: list[int], out_root: Path, jobs: int, tiny: bool
+) -> dict[str, list[dict]]:
     """Every (configuration, fold), ``jobs`` at a time (separate processes when jobs > 1)."""
     tasks = [(config, fold) for config in configs for fold in folds]
     if jobs <= 1:
@@ -263,22 +285,30 @@ def markdown_table(name: str, rows: list[dict]) -> str:
     rows = _ok(rows)
     if rows:
         means = [statistics.fmean(row[key] for row in rows) for key in keys]
-        lines.append("| mean | " + " | ".join(f"{m:.4f}" for m in means[:-1])
-                     + f" | {means[-1]:.1f} |")
+        lines.append(
+            "| mean | " + " | ".join(f"{m:.4f}" for m in means[:-1]) + f" | {means[-1]:.1f} |"
+        )
     if len(rows) > 1:
         stds = [statistics.stdev(row[key] for row in rows) for key in keys]
-        lines.append("| std | " + " | ".join(f"{s:.4f}" for s in stds[:-1])
-                     + f" | {stds[-1]:.1f} |")
+        lines.append(
+            "| std | " + " | ".join(f"{s:.4f}" for s in stds[:-1]) + f" | {stds[-1]:.1f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def target_note(configs: list[Config], results: dict[str, list[dict]]) -> str:
     """The best differank row (by test MAP, and by validation MAP: the honest pick) against the
     best peer row and the issue's MQ2008 targets."""
+
     def best(kind: str, by: str) -> tuple[str, float, float, float] | None:
-        scored = [(c.name, *[mean_std(_ok(results[c.name]), k)[0]
-                             for k in ("map", "mean_ndcg", "val_map")])
-                  for c in configs if c.kind == kind and _ok(results[c.name])]
+        scored = [
+            (
+                c.name,
+                *[mean_std(_ok(results[c.name]), k)[0] for k in ("map", "mean_ndcg", "val_map")],
+            )
+            for c in configs
+            if c.kind == kind and _ok(results[c.name])
+        ]
         index = 3 if by == "val_map" else 1
         return max(scored, key=lambda s: s[index]) if scored else None
 
@@ -288,21 +318,31 @@ def target_note(configs: list[Config], results: dict[str, list[dict]]) -> str:
         ours = best("ours", by)
         if ours is None:
             return ""
-        line = (f"Best differank row by {label}: {ours[0]} (test MAP {ours[1]:.4f}, MeanNDCG "
-                f"{ours[2]:.4f}; val MAP {ours[3]:.4f}); vs targets MAP >= {TARGETS['map']:.3f}: "
-                f"{ours[1] - TARGETS['map']:+.4f}, MeanNDCG >= {TARGETS['mean_ndcg']:.3f}: "
-                f"{ours[2] - TARGETS['mean_ndcg']:+.4f}")
+        line = (
+            f"Best differank row by {label}: {ours[0]} (test MAP {ours[1]:.4f}, MeanNDCG "
+            f"{ours[2]:.4f}; val MAP {ours[3]:.4f}); vs targets MAP >= {TARGETS['map']:.3f}: "
+            f"{ours[1] - TARGETS['map']:+.4f}, MeanNDCG >= {TARGETS['mean_ndcg']:.3f}: "
+            f"{ours[2] - TARGETS['mean_ndcg']:+.4f}"
+        )
         if peer is not None:
-            line += (f"; vs the best peer {peer[0]} (MAP {peer[1]:.4f}, MeanNDCG {peer[2]:.4f}): "
-                     f"MAP {ours[1] - peer[1]:+.4f}, MeanNDCG {ours[2] - peer[2]:+.4f}")
+            line += (
+                f"; vs the best peer {peer[0]} (MAP {peer[1]:.4f}, MeanNDCG {peer[2]:.4f}): "
+                f"MAP {ours[1] - peer[1]:+.4f}, MeanNDCG {ours[2] - peer[2]:+.4f}"
+            )
         lines.append(line + ".")
-    lines.append("Fold-to-fold std of MAP is ~0.04 (standard error of a 5-fold mean ~0.02): "
-                 "differences below ~0.01 between rows are within noise.")
+    lines.append(
+        "Fold-to-fold std of MAP is ~0.04 (standard error of a 5-fold mean ~0.02): "
+        "differences below ~0.01 between rows are within noise."
+    )
     return "\n\n".join(lines) + "\n"
 
 
-def bar_plot(configs: list[Config], results: dict[str, list[dict]], path: Path,
-             reference: dict[str, dict[str, float]] | None = None) -> None:
+def bar_plot(
+    configs: list[Config],
+    results: dict[str, list[dict]],
+    path: Path,
+    reference: dict[str, dict[str, float]] | None = None,
+) -> None:
     """MAP and MeanNDCG per row (error bars: standard error over folds, std / sqrt(folds));
     published rows in grey, the issue's targets as dashed lines."""
     import matplotlib
@@ -316,8 +356,9 @@ def bar_plot(configs: list[Config], results: dict[str, list[dict]], path: Path,
         if rows:
             names.append(config.name)
             kinds.append(config.kind)
-            stats.append([(m, sd / len(rows) ** 0.5)
-                          for m, sd in (mean_std(rows, key) for key in TARGETS)])
+            stats.append(
+                [(m, sd / len(rows) ** 0.5) for m, sd in (mean_std(rows, key) for key in TARGETS)]
+            )
     for name, values in (reference or {}).items():
         names.append(name)
         kinds.append("paper")
@@ -326,15 +367,21 @@ def bar_plot(configs: list[Config], results: dict[str, list[dict]], path: Path,
     figure, axes = plt.subplots(1, 2, figsize=(12, 0.35 * len(names) + 1.5), sharey=True)
     positions = list(range(len(names)))[::-1]
     for axis, (index, key) in zip(axes, enumerate(TARGETS), strict=True):
-        axis.barh(positions, [s[index][0] for s in stats], color=[colors[k] for k in kinds],
-                  edgecolor="black", linewidth=0.4)
+        axis.barh(
+            positions,
+            [s[index][0] for s in stats],
+            color=[colors[k] for k in kinds],
+            edgecolor="black",
+            linewidth=0.4,
+        )
         spread = [(y, *s[index]) for y, s in zip(positions, stats, strict=True) if s[index][1]]
         if spread:
             ys, xs, errors = zip(*spread, strict=True)
             axis.errorbar(xs, ys, xerr=errors, fmt="none", ecolor="black", capsize=3)
         for y, s in zip(positions, stats, strict=True):
-            axis.text(s[index][0] + s[index][1] + 0.002, y, f"{s[index][0]:.3f}", va="center",
-                      fontsize=7)
+            axis.text(
+                s[index][0] + s[index][1] + 0.002, y, f"{s[index][0]:.3f}", va="center", fontsize=7
+            )
         values = [s[index][0] for s in stats]
         axis.set_xlim(max(0.0, min(values) - 0.05), max(values) + 0.04)
         axis.axvline(TARGETS[key], color="tab:red", linestyle="--", linewidth=0.8)
@@ -356,24 +403,42 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--suite", choices=sorted(SUITES), help="a named list of configurations")
     parser.add_argument("--only", nargs="*", help="keep only these names of the suite")
     parser.add_argument("--experiment", nargs="*", default=[], help="conf/experiment names")
-    parser.add_argument("--overrides", nargs="*", default=[],
-                        help="extra Hydra overrides for every run")
-    parser.add_argument("--sweep", nargs="*", default=[], metavar="KEY=A,B",
-                        help="one row per value (per combination) of each configuration, e.g. "
-                        "--experiment hinge --sweep loss.k=1,2,3,4,5,6,7,8,9,10")
-    parser.add_argument("--peers", nargs="*", default=None,
-                        help="add peer rows (no names: all of lightgbm xgboost ranksvm); "
-                        "a suite adds its peers by default")
+    parser.add_argument(
+        "--overrides", nargs="*", default=[], help="extra Hydra overrides for every run"
+    )
+    parser.add_argument(
+        "--sweep",
+        nargs="*",
+        default=[],
+        metavar="KEY=A,B",
+        help="one row per value (per combination) of each configuration, e.g. "
+        "--experiment hinge --sweep loss.k=1,2,3,4,5,6,7,8,9,10",
+    )
+    parser.add_argument(
+        "--peers",
+        nargs="*",
+        default=None,
+        help="add peer rows (no names: all of lightgbm xgboost ranksvm); "
+        "a suite adds its peers by default",
+    )
     parser.add_argument("--no-peers", action="store_true", help="no peer rows")
     parser.add_argument("--folds", nargs="*", type=int, default=[1, 2, 3, 4, 5])
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (processes)")
-    parser.add_argument("--tiny", action="store_true",
-                        help="smoke mode: tiny synthetic data, fold 1, one epoch, small peers")
+    parser.add_argument(
+        "--tiny",
+        action="store_true",
+        help="smoke mode: tiny synthetic data, fold 1, one epoch, small peers",
+    )
     parser.add_argument("--out", type=Path, help="write the tables (markdown) here")
     parser.add_argument("--plot", type=Path, help="bar plot PNG (default: --out with .png)")
     parser.add_argument("--no-papers", action="store_true", help="leave out published numbers")
-    parser.add_argument("--include", nargs="*", type=Path, default=[],
-                        help="add the rows of earlier runs (their --out .json) to the table")
+    parser.add_argument(
+        "--include",
+        nargs="*",
+        type=Path,
+        default=[],
+        help="add the rows of earlier runs (their --out .json) to the table",
+    )
     parser.add_argument("--runs", type=Path, default=ROOT / "outputs" / "reproduce")
     args = parser.parse_args(argv)
 
@@ -387,8 +452,14 @@ def main(argv: list[str] | None = None) -> None:
         configs = [Config(" ".join(args.overrides) or "defaults")]  # the --overrides row
     configs = sweep_rows([c for c in configs if experiment_exists(c)], args.sweep)
     extra = [*TINY_OVERRIDES, *args.overrides] if args.tiny else args.overrides
-    configs = [Config(c.name.replace(" ", "_").replace("/", "-"), [*c.overrides, *extra],
-                      experiment=c.experiment) for c in configs]
+    configs = [
+        Config(
+            c.name.replace(" ", "_").replace("/", "-"),
+            [*c.overrides, *extra],
+            experiment=c.experiment,
+        )
+        for c in configs
+    ]
     peers = args.peers
     if peers is None and args.suite:
         peers = SUITE_PEERS[args.suite]
@@ -415,19 +486,28 @@ def main(argv: list[str] | None = None) -> None:
                 results[name] = rows
 
     reference = None
-    parts = ["## Summary (test split, mean ± std over folds; selection on validation MAP)", "",
-             summary_table(configs, results), target_note(configs, results) if mq2008 else "",
-             f"Wall time: {wall:.0f} s for {len(ran)} configurations × {len(folds)} folds "
-             f"with --jobs {args.jobs}; CPU time of the runs {cpu_total(results):.0f} s "
-             f"(one thread each; on an idle machine, wall ≈ CPU / jobs)." if ran else
-             f"Rows from {', '.join(str(p) for p in args.include)} (CPU time of those runs "
-             f"{cpu_total(results):.0f} s).", ""]
+    parts = [
+        "## Summary (test split, mean ± std over folds; selection on validation MAP)",
+        "",
+        summary_table(configs, results),
+        target_note(configs, results) if mq2008 else "",
+        f"Wall time: {wall:.0f} s for {len(ran)} configurations × {len(folds)} folds "
+        f"with --jobs {args.jobs}; CPU time of the runs {cpu_total(results):.0f} s "
+        f"(one thread each; on an idle machine, wall ≈ CPU / jobs)."
+        if ran
+        else f"Rows from {', '.join(str(p) for p in args.include)} (CPU time of those runs "
+        f"{cpu_total(results):.0f} s).",
+        "",
+    ]
     if mq2008 and not args.no_papers:
         from benchmarks.papers import CONERANK_TABLE1_MQ2008, mq2008_reference, table
 
         reference = mq2008_reference()
-        parts += ["## Published (MQ2008)", "", table(**{k: CONERANK_TABLE1_MQ2008[k] for k in
-                                                        ("source", "columns", "rows")})]
+        parts += [
+            "## Published (MQ2008)",
+            "",
+            table(**{k: CONERANK_TABLE1_MQ2008[k] for k in ("source", "columns", "rows")}),
+        ]
     parts += ["## Per fold", ""] + [markdown_table(c.name, results[c.name]) for c in configs]
     text = "\n".join(parts)
     print(text, flush=True)

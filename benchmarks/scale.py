@@ -77,7 +77,7 @@ def worker(name: str, shape: dict, batch_size: int, time_limit: float, seed: int
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     variant_name = TRANSFORMER_ROWS.get(name, name)
-    (variant, cls), = [(v, c) for v, c in load_variants(None) if v.name == variant_name]
+    ((variant, cls),) = [(v, c) for v, c in load_variants(None) if v.name == variant_name]
     max_list, extra = BUDGETS[name]
     start = time.perf_counter()
     data = generate_mslr(**shape, seed=seed)
@@ -94,8 +94,11 @@ def worker(name: str, shape: dict, batch_size: int, time_limit: float, seed: int
     start, wall = time.process_time(), time.perf_counter()
     for batch in iterate_batches(data, batch_size, max_list=max_list, seed=seed):
         optimizer.zero_grad(set_to_none=True)
-        target = (ranker.loss_target(batch["features"], batch["mask"]) if ranker.uses_mask
-                  else ranker.loss_target(batch["features"]))
+        target = (
+            ranker.loss_target(batch["features"], batch["mask"])
+            if ranker.uses_mask
+            else ranker.loss_target(batch["features"])
+        )
         value = loss(target, batch["labels"], batch["mask"], **ranker.loss_inputs())
         value.backward()
         optimizer.step()
@@ -108,22 +111,41 @@ def worker(name: str, shape: dict, batch_size: int, time_limit: float, seed: int
     seconds, wall = time.process_time() - start, time.perf_counter() - wall
     served = int(np.minimum(data.lengths, max_list or data.lengths.max()).sum())
     return {
-        "loss": name, "max_list": max_list, "extra": extra, "batch_size": batch_size,
-        "queries": queries, "total_queries": data.n_queries, "docs": docs, "epoch_docs": served,
-        "batches": batches, "seconds": seconds, "wall_seconds": wall,
+        "loss": name,
+        "max_list": max_list,
+        "extra": extra,
+        "batch_size": batch_size,
+        "queries": queries,
+        "total_queries": data.n_queries,
+        "docs": docs,
+        "epoch_docs": served,
+        "batches": batches,
+        "seconds": seconds,
+        "wall_seconds": wall,
         "complete": queries == data.n_queries,
         "epoch_seconds": seconds * data.n_queries / max(queries, 1),
-        "generate_seconds": generate_seconds, "data_bytes": data.nbytes,
-        "n_features": data.features.shape[1], "total_docs": data.features.shape[0],
+        "generate_seconds": generate_seconds,
+        "data_bytes": data.nbytes,
+        "n_features": data.features.shape[1],
+        "total_docs": data.features.shape[0],
         "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "threads": torch.get_num_threads(),
     }
 
 
 def run_worker(name: str, args) -> dict:
-    command = [sys.executable, str(Path(__file__).resolve()), "--worker", name,
-               "--batch", str(args.batch), "--time-limit", str(args.time_limit),
-               "--seed", str(args.seed)] + (["--tiny"] if args.tiny else [])
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        name,
+        "--batch",
+        str(args.batch),
+        "--time-limit",
+        str(args.time_limit),
+        "--seed",
+        str(args.seed),
+    ] + (["--tiny"] if args.tiny else [])
     done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy())
     if done.returncode != 0:
         tail = " ".join(done.stderr.strip().splitlines()[-1:])[:200]
@@ -186,9 +208,11 @@ def main(argv: list[str] | None = None) -> None:
         if "error" in row:
             print(f"  {name}: {row['error']}", flush=True)
         else:
-            print(f"  {name}: epoch {row['epoch_seconds']:.1f} s, peak RSS "
-                  f"{row['peak_rss'] / 2**30:.2f} GiB, generate {row['generate_seconds']:.1f} s",
-                  flush=True)
+            print(
+                f"  {name}: epoch {row['epoch_seconds']:.1f} s, peak RSS "
+                f"{row['peak_rss'] / 2**30:.2f} GiB, generate {row['generate_seconds']:.1f} s",
+                flush=True,
+            )
     ok = [r for r in rows if "error" not in r]
     head = ok[0] if ok else None
     parts = []
@@ -206,8 +230,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)
-        args.out.with_suffix(".json").write_text(json.dumps(
-            {"bandwidth": bandwidth, "rows": rows}, indent=1) + "\n")
+        args.out.with_suffix(".json").write_text(
+            json.dumps({"bandwidth": bandwidth, "rows": rows}, indent=1) + "\n"
+        )
 
 
 if __name__ == "__main__":

@@ -337,8 +337,10 @@ class DominationCD:
             gains = self.induction_gains()
             gains[self.chosen] = NEG_INF
             eligible = gains > self.induction_tol * max(self.objective(), 1e-300)
-            top = torch.topk(torch.where(eligible, gains, torch.full_like(gains, NEG_INF)),
-                             min(self.alpha, self.n_features))
+            top = torch.topk(
+                torch.where(eligible, gains, torch.full_like(gains, NEG_INF)),
+                min(self.alpha, self.n_features),
+            )
             new = top.indices[torch.isfinite(top.values)]
             added = new.numel()
             if added == 0:

@@ -133,16 +133,18 @@ def trec_query_metrics_oracle(scores, labels, ks=(1, 3, 5, 10)):
     n = len(rates)
 
     def dcg_at(rs, k):
-        return sum((2.0**rs[p - 1] - 1.0) / math.log2(1 + p) for p in range(1, min(k, n) + 1))
+        return sum((2.0 ** rs[p - 1] - 1.0) / math.log2(1 + p) for p in range(1, min(k, n) + 1))
 
     def ndcg_at(k):
         best = dcg_at(ideal, k)
         return dcg_at(rates, k) / best if best > 0 else 0.0
 
     rel_positions = [p for p in range(1, n + 1) if rates[p - 1] > 0]
-    ap = sum((i + 1) / p for i, p in enumerate(rel_positions)) / len(rel_positions) if (
-        rel_positions
-    ) else 0.0
+    ap = (
+        sum((i + 1) / p for i, p in enumerate(rel_positions)) / len(rel_positions)
+        if (rel_positions)
+        else 0.0
+    )
     result = {"map": ap, "mean_ndcg": sum(ndcg_at(k) for k in range(1, n + 1)) / n}
     for k in ks:
         result[f"ndcg@{k}"] = ndcg_at(k)
@@ -218,8 +220,10 @@ def hinge_lsa_oracle(scores, labels, k):
     weight, discount, gains, ideal = _hinge_parts(labels, k)
     top = min(n, k)
     benefit = np.array(
-        [[weight(r) * scores[i] - gains[i] * discount(r) / ideal for r in range(1, top + 1)]
-         for i in range(n)]
+        [
+            [weight(r) * scores[i] - gains[i] * discount(r) / ideal for r in range(1, top + 1)]
+            for i in range(n)
+        ]
     )
     docs, slots = linear_sum_assignment(benefit, maximize=True)
     positions = [k + 1] * n

@@ -25,16 +25,19 @@ from datamodules.mslr_synthetic import (  # noqa: E402
 
 class TestMslrSynthetic:
     def test_full_shape_lengths(self):
-        lengths = query_lengths(MSLR_WEB30K["n_queries"], MSLR_WEB30K["n_docs"],
-                                MSLR_WEB30K["max_list"], seed=0)
+        lengths = query_lengths(
+            MSLR_WEB30K["n_queries"], MSLR_WEB30K["n_docs"], MSLR_WEB30K["max_list"], seed=0
+        )
         assert len(lengths) == 31531 and lengths.sum() == 3771125
         assert lengths.max() == 1251 and lengths.min() >= 1
 
     def test_small_set_is_deterministic_and_labelled(self):
-        a = generate_mslr(n_queries=30, n_docs=900, n_features=12, max_list=80, seed=3,
-                          chunk_queries=7)
-        b = generate_mslr(n_queries=30, n_docs=900, n_features=12, max_list=80, seed=3,
-                          chunk_queries=7)
+        a = generate_mslr(
+            n_queries=30, n_docs=900, n_features=12, max_list=80, seed=3, chunk_queries=7
+        )
+        b = generate_mslr(
+            n_queries=30, n_docs=900, n_features=12, max_list=80, seed=3, chunk_queries=7
+        )
         assert np.array_equal(a.features, b.features) and np.array_equal(a.labels, b.labels)
         assert a.features.dtype == np.float32 and a.features.shape == (900, 12)
         assert set(np.unique(a.labels)) <= {0.0, 1.0, 2.0, 3.0, 4.0}
@@ -61,8 +64,21 @@ def test_papers_tables_pin_published_numbers():
 
 def test_reproduce_tiny_suite_with_a_peer(tmp_path):
     out = tmp_path / "tiny.md"
-    reproduce.main(["--suite", "tiny", "--only", "ranknet", "--peers", "ranksvm", "--tiny",
-                    "--out", str(out), "--runs", str(tmp_path / "runs")])
+    reproduce.main(
+        [
+            "--suite",
+            "tiny",
+            "--only",
+            "ranknet",
+            "--peers",
+            "ranksvm",
+            "--tiny",
+            "--out",
+            str(out),
+            "--runs",
+            str(tmp_path / "runs"),
+        ]
+    )
     text = out.read_text()
     assert "| ranknet | ours |" in text and "| peer_ranksvm | peer |" in text
     assert "failed" not in text
@@ -78,8 +94,7 @@ def test_tree_peers_tiny(peer, tmp_path):
     pytest.importorskip(peers.MODULES[peer])
     from datamodules.synthetic import SyntheticLetorDataModule
 
-    datamodule = SyntheticLetorDataModule(n_train_queries=40, n_val_queries=20,
-                                          n_test_queries=20)
+    datamodule = SyntheticLetorDataModule(n_train_queries=40, n_val_queries=20, n_test_queries=20)
     row = peers.run_peer(peer, datamodule, tmp_path, tiny=True)
     assert 0.0 <= row["map"] <= 1.0 and 0.0 <= row["val_map"] <= 1.0
     lines = (tmp_path / "predictions" / "test.txt").read_text().splitlines()

@@ -17,15 +17,23 @@ from tests.conftest import ROOT
 from train import compose_run, train
 
 LENGTHS = np.random.default_rng(0).integers(1, 60, size=23)
-TINY = ["data.n_train_queries=40", "data.n_val_queries=20", "data.n_test_queries=21",
-        "data.batch_size=8", "data.eval_batch_size=4", "trainer.max_epochs=4", "logger=csv"]
+TINY = [
+    "data.n_train_queries=40",
+    "data.n_val_queries=20",
+    "data.n_test_queries=21",
+    "data.batch_size=8",
+    "data.eval_batch_size=4",
+    "trainer.max_epochs=4",
+    "logger=csv",
+]
 
 
 def shares(world_size, shuffle, epoch=0, **options):
     batches = []
     for rank in range(world_size):
-        sampler = ShardedQueryBatchSampler(LENGTHS, 4, rank=rank, world_size=world_size,
-                                           shuffle=shuffle, seed=3, **options)
+        sampler = ShardedQueryBatchSampler(
+            LENGTHS, 4, rank=rank, world_size=world_size, shuffle=shuffle, seed=3, **options
+        )
         sampler.set_epoch(epoch)
         batches.append(list(sampler))
         assert len(batches[-1]) == len(sampler)
@@ -56,8 +64,9 @@ def test_one_process_is_exactly_the_query_batch_sampler(shuffle):
     for epoch in (0, 4):
         reference = QueryBatchSampler(LENGTHS, 4, shuffle=shuffle, seed=3, draw_seeds=shuffle)
         reference.set_epoch(epoch)
-        mine = ShardedQueryBatchSampler(LENGTHS, 4, rank=0, world_size=1, shuffle=shuffle,
-                                        seed=3, draw_seeds=shuffle)
+        mine = ShardedQueryBatchSampler(
+            LENGTHS, 4, rank=0, world_size=1, shuffle=shuffle, seed=3, draw_seeds=shuffle
+        )
         mine.set_epoch(epoch)
         assert list(mine) == list(reference) and len(mine) == len(reference)
 
@@ -84,8 +93,15 @@ def single_process_run(tmp_path_factory):
 def ddp_run(tmp_path_factory):
     """Two gloo processes on CPU: fit, then test the best checkpoint (sharded, gathered)."""
     run_dir = tmp_path_factory.mktemp("ddp")
-    command = [sys.executable, "train.py", *TINY, f"hydra.run.dir={run_dir}", "trainer=ddp",
-               "trainer.devices=2", "trainer.accelerator=cpu"]
+    command = [
+        sys.executable,
+        "train.py",
+        *TINY,
+        f"hydra.run.dir={run_dir}",
+        "trainer=ddp",
+        "trainer.devices=2",
+        "trainer.accelerator=cpu",
+    ]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert (run_dir / "train_ddp_process_1.log").is_file()  # a second rank really ran

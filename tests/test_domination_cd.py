@@ -25,8 +25,10 @@ def random_set(seed: int, queries: int = 6, length: int = 8, features: int = 5, 
 
 def loss_of(solver: DominationCD, x, labels, mask, w):
     options = dict(
-        margin_scale=solver.margin_scale, margin_offset=solver.margin_offset,
-        flat=solver.flat, pool=solver.pool,
+        margin_scale=solver.margin_scale,
+        margin_offset=solver.margin_offset,
+        flat=solver.flat,
+        pool=solver.pool,
     )
     return domination_loss(x @ w, labels, mask, **options)
 

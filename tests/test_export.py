@@ -16,8 +16,13 @@ from train import compose_run, train
 # TorchScript is deprecated upstream but is what was asked for; its loader warns on every load.
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 
-TINY = ["data.n_train_queries=40", "data.n_val_queries=20", "data.n_test_queries=20",
-        "trainer.max_epochs=2", "logger=csv"]
+TINY = [
+    "data.n_train_queries=40",
+    "data.n_val_queries=20",
+    "data.n_test_queries=20",
+    "trainer.max_epochs=2",
+    "logger=csv",
+]
 SIZES = dict(n_train_queries=40, n_val_queries=20, n_test_queries=20)
 
 
@@ -94,8 +99,9 @@ def test_exported_onnx_equals_eager_on_any_shape(tmp_path):
     ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the optional export extra")
     pytest.importorskip("onnx", reason="onnx is the optional export extra")
     scorer = Scorer(MLPRanker(46, hidden=(8,)), mean=torch.rand(46), std=torch.rand(46) + 0.5)
-    session = ort.InferenceSession(str(export_onnx(scorer, tmp_path / "s.onnx")),
-                                   providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        str(export_onnx(scorer, tmp_path / "s.onnx")), providers=["CPUExecutionProvider"]
+    )
     for shape in [(1, 1, 46), (3, 17, 46)]:
         features = torch.randn(shape)
         scores = torch.from_numpy(session.run(None, {"features": features.numpy()})[0])
@@ -108,8 +114,13 @@ def test_scorer_checks_the_statistics_shape():
 
 
 def test_trec_run_groups_queries_ranks_by_score_and_keeps_six_fields(tmp_path):
-    path = write_trec_run(tmp_path / "r.run", [7, 7, 3, 7, 3], ["a", "", "c", "d e", "f"],
-                          torch.tensor([0.5, 2.0, 1.0, 0.5, 3.0]), tag="t")
+    path = write_trec_run(
+        tmp_path / "r.run",
+        [7, 7, 3, 7, 3],
+        ["a", "", "c", "d e", "f"],
+        torch.tensor([0.5, 2.0, 1.0, 0.5, 3.0]),
+        tag="t",
+    )
     assert path.read_text().splitlines() == [
         "7 Q0 row1 1 2 t",
         "7 Q0 a 2 0.5 t",
@@ -138,8 +149,10 @@ def test_predict_writes_the_runs_prediction_file_and_no_metrics(trained, predict
 def test_trec_run_is_read_and_scored_by_ir_measures_like_letor_metrics(trained, predicted):
     ir_measures = pytest.importorskip("ir_measures", reason="ir-measures is a dev extra")
     split = SyntheticLetorDataModule(**SIZES).split_data("test")
-    qrels = [ir_measures.Qrel(str(q), d, int(label))
-             for q, d, label in zip(split.qids, split.docids, split.labels, strict=True)]
+    qrels = [
+        ir_measures.Qrel(str(q), d, int(label))
+        for q, d, label in zip(split.qids, split.docids, split.labels, strict=True)
+    ]
     run = list(ir_measures.read_trec_run(str(predicted / "predictions" / "test.run")))
     assert len(run) == split.num_rows
     measures = [ir_measures.AP, ir_measures.P @ 5, ir_measures.P @ 10]

@@ -93,8 +93,12 @@ class TestHingeCuttingPlane:
 
     @pytest.mark.parametrize(
         "kwargs, message",
-        [({"k": 0}, "k"), ({"weight_decay": 0.0}, "weight_decay"), ({"ystar": "x"}, "ystar"),
-         ({"epsilon": 0.0}, "epsilon")],
+        [
+            ({"k": 0}, "k"),
+            ({"weight_decay": 0.0}, "weight_decay"),
+            ({"ystar": "x"}, "ystar"),
+            ({"epsilon": 0.0}, "epsilon"),
+        ],
     )
     def test_bad_hyperparameters(self, kwargs, message):
         with pytest.raises(ValueError, match=message):

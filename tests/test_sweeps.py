@@ -17,8 +17,13 @@ from rankers.sweep_summary import summarize
 from tests.conftest import ROOT
 
 CONF = ROOT / "conf"
-TINY = ["data.n_train_queries=40", "data.n_val_queries=20", "data.n_test_queries=20",
-        "trainer.max_epochs=2", "logger=csv"]
+TINY = [
+    "data.n_train_queries=40",
+    "data.n_val_queries=20",
+    "data.n_test_queries=20",
+    "trainer.max_epochs=2",
+    "logger=csv",
+]
 needs_optuna = pytest.mark.skipif(
     importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None,
     reason="hydra-optuna-sweeper (the optional 'cluster' extra) is not installed",
@@ -40,7 +45,10 @@ def multirun(sweep_dir, *overrides):
 def test_multirun_grid_writes_one_folder_per_job_and_a_summary(tmp_path):
     rows, stdout = multirun(tmp_path, "loss=ranknet,listnet", "seed=0,1")
     assert [row["overrides"] for row in rows] == [
-        "loss=ranknet seed=0", "loss=ranknet seed=1", "loss=listnet seed=0", "loss=listnet seed=1"
+        "loss=ranknet seed=0",
+        "loss=ranknet seed=1",
+        "loss=listnet seed=0",
+        "loss=listnet seed=1",
     ]
     for job, row in enumerate(rows):
         metrics = json.loads((tmp_path / str(job) / "test_metrics.json").read_text())
@@ -109,8 +117,14 @@ def test_submitit_local_launcher_runs_the_jobs(tmp_path):
 
 @needs_submitit
 def test_slurm_launcher_is_set_for_gpu_nodes_and_overridable(train_config):
-    cfg = train_config(["hydra/launcher=slurm_gpu", "hydra.launcher.gpus_per_node=4",
-                        "hydra.launcher.partition=gpu", "hydra.launcher.timeout_min=30"])
+    cfg = train_config(
+        [
+            "hydra/launcher=slurm_gpu",
+            "hydra.launcher.gpus_per_node=4",
+            "hydra.launcher.partition=gpu",
+            "hydra.launcher.timeout_min=30",
+        ]
+    )
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("SlurmLauncher")
     assert (launcher.gpus_per_node, launcher.tasks_per_node) == (4, 4)  # one task per GPU
@@ -120,12 +134,19 @@ def test_slurm_launcher_is_set_for_gpu_nodes_and_overridable(train_config):
 def test_summary_keeps_what_differs_and_merges_metrics(tmp_path):
     for job, seed in enumerate([0, 1]):
         (tmp_path / str(job)).mkdir()
-        record = {"job": job, "overrides": [f"seed={seed}", "loss=x"], "status": "ok",
-                  "value": 0.5, "seconds": 1.0}
+        record = {
+            "job": job,
+            "overrides": [f"seed={seed}", "loss=x"],
+            "status": "ok",
+            "value": 0.5,
+            "seconds": 1.0,
+        }
         (tmp_path / str(job) / "job.json").write_text(json.dumps(record))
     (tmp_path / "1" / "test_metrics.json").write_text(json.dumps({"map": 0.25}))
     rows, common = summarize(tmp_path)
     assert common == ["loss=x"]
-    assert [(row["overrides"], row.get("map")) for row in rows] == [("seed=0", None),
-                                                                     ("seed=1", 0.25)]
+    assert [(row["overrides"], row.get("map")) for row in rows] == [
+        ("seed=0", None),
+        ("seed=1", 0.25),
+    ]
     assert list(rows[1])[-1] == "seconds"
