@@ -10,6 +10,11 @@ ROOT = Path(__file__).resolve().parents[1]
 MQ2008 = ROOT.parent / "shared" / "data" / "MQ2008"
 
 
+# the tiny synthetic set most end-to-end tests train on (Hydra overrides)
+TINY_DATA = ["data.n_train_queries=40", "data.n_val_queries=20", "data.n_test_queries=20"]
+TINY_RUN = [*TINY_DATA, "trainer.max_epochs=2", "logger=csv"]
+
+
 @pytest.fixture(scope="session", autouse=True)
 def private_data_cache(tmp_path_factory):
     """Parsed-data caches of the test session go to a temporary folder, never to ~/.cache."""

@@ -11,18 +11,13 @@ from datamodules.synthetic import SyntheticLetorDataModule
 from rankers.conerank import ConeRank
 from rankers.export import Scorer, export_onnx, export_torchscript, write_trec_run
 from rankers.mlp import MLPRanker
+from tests.conftest import TINY_RUN
 from train import compose_run, train
 
 # TorchScript is deprecated upstream but is what was asked for; its loader warns on every load.
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 
-TINY = [
-    "data.n_train_queries=40",
-    "data.n_val_queries=20",
-    "data.n_test_queries=20",
-    "trainer.max_epochs=2",
-    "logger=csv",
-]
+TINY = TINY_RUN
 SIZES = dict(n_train_queries=40, n_val_queries=20, n_test_queries=20)
 
 

@@ -85,6 +85,19 @@ def test_one_training_epoch_on_cuda(train_config, objective, precision):
     assert (Path(cfg.hydra.runtime.output_dir) / "test_metrics.json").is_file()
 
 
+def run_without_sync(step):
+    """Run ``step`` once to warm up (lazy CUDA init, constant tables copied to the device
+    once), then again under sync debug "error", where any host-device synchronisation raises."""
+    step()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+
+
 @pytest.mark.parametrize("name", LOSSES)
 def test_training_step_makes_no_device_sync(name):
     """Forward, loss, backward and an Adam step of the default loss under sync debug "error":
@@ -100,14 +113,7 @@ def test_training_step_makes_no_device_sync(name):
         loss(ranker.loss_target(features), labels, mask).backward()
         optimizer.step()
 
-    step()  # warm-up: lazy CUDA init, the DP's tables copied to the device once
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        step()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    torch.cuda.synchronize()
+    run_without_sync(step)
 
 
 CONE_OPTIONS = {"all pairs": {}, "64 pairs per query": {"max_pairs_per_query": 64}}
@@ -148,11 +154,4 @@ def test_cone_training_step_makes_no_device_sync(options):
         optimizer.step()
         ranker.constrain()
 
-    step()
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        step()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    torch.cuda.synchronize()
+    run_without_sync(step)

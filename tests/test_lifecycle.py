@@ -17,13 +17,11 @@ import pytorch_lightning as pl
 import torch
 
 from datamodules.reader import write_letor
-from tests.conftest import MQ2008, ROOT, requires_mq2008
+from tests.conftest import MQ2008, ROOT, TINY_DATA, requires_mq2008
 from train import compose_run, restore_run, train
 
 TINY = [
-    "data.n_train_queries=40",
-    "data.n_val_queries=20",
-    "data.n_test_queries=20",
+    *TINY_DATA,
     "data.batch_size=8",
     "trainer.max_epochs=4",
     "logger=csv",

@@ -14,16 +14,10 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from rankers.sweep_summary import summarize
-from tests.conftest import ROOT
+from tests.conftest import ROOT, TINY_RUN
 
 CONF = ROOT / "conf"
-TINY = [
-    "data.n_train_queries=40",
-    "data.n_val_queries=20",
-    "data.n_test_queries=20",
-    "trainer.max_epochs=2",
-    "logger=csv",
-]
+TINY = TINY_RUN
 needs_optuna = pytest.mark.skipif(
     importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None,
     reason="hydra-optuna-sweeper (the optional 'cluster' extra) is not installed",

@@ -13,10 +13,10 @@ import sys
 import pytest
 import torch
 
-from tests.conftest import ROOT, requires_mq2008
+from tests.conftest import ROOT, TINY_DATA, requires_mq2008
 from train import compose_run, console_logging, train
 
-TINY = ["data.n_train_queries=40", "data.n_val_queries=20", "data.n_test_queries=20"]
+TINY = TINY_DATA
 
 
 @pytest.fixture(scope="module")
