@@ -42,6 +42,7 @@ def compiled(loss):
     return torch.compile(loss, fullgraph=True, backend="aot_eager")
 
 
+@pytest.mark.slow  # ~10 s; the default suite runs the same check in tests/test_compile.py
 def test_default_loss_compiles_fullgraph_and_matches_eager():
     loss = ConvexLoss()
     scores, labels, mask = batch()
