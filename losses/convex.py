@@ -289,7 +289,7 @@ class ConvexLoss(nn.Module):
     ) -> None:
         super().__init__()
         check_reduction(reduction)
-        check_convex_options(
+        options = dict(
             delta=delta,
             num_samples=num_samples,
             restart_skew=restart_skew,
@@ -301,21 +301,10 @@ class ConvexLoss(nn.Module):
             num_chains=num_chains,
             num_levels=num_levels,
         )
+        check_convex_options(**options)
         if refresh not in REFRESHES:
             raise ValueError(f"refresh must be one of {REFRESHES}, got {refresh!r}")
-        self.options = dict(
-            delta=delta,
-            num_samples=num_samples,
-            restart_skew=float(restart_skew),
-            walk_length=walk_length,
-            reduction=reduction,
-            space=space,
-            objective=objective,
-            accept=accept,
-            ndcg_k=ndcg_k,
-            num_chains=num_chains,
-            num_levels=num_levels,
-        )
+        self.options = {**options, "restart_skew": float(restart_skew), "reduction": reduction}
         self.refresh = refresh
         self.seed = seed
         self.generator: torch.Generator | None = None
