@@ -66,6 +66,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numba
 import numpy as np
 import pytorch_lightning as pl
 import torch
@@ -749,24 +750,44 @@ def _column_stats(features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     of 0 becomes 1 (a constant feature is centred only)."""
     n_features = features.shape[1]
     total, count = np.zeros(n_features), np.zeros(n_features)
-    for start in range(0, len(features), _BLOCK_ROWS):
-        block = features[start : start + _BLOCK_ROWS].astype(np.float64)
-        total += np.nansum(block, axis=0)
-        count += np.sum(~np.isnan(block), axis=0)
+    _add_column_sums(features, _BLOCK_ROWS, np.zeros(n_features), False, total, count)
     mean = total / np.maximum(count, 1)
     squares = np.zeros(n_features)
-    for start in range(0, len(features), _BLOCK_ROWS):
-        block = features[start : start + _BLOCK_ROWS].astype(np.float64) - mean
-        squares += np.nansum(block * block, axis=0)
+    _add_column_sums(features, _BLOCK_ROWS, mean, True, squares, np.zeros(n_features))
     std = np.sqrt(squares / np.maximum(count, 1))
     return mean, np.where(std > 0, std, 1.0)
 
 
-def _apply_zscore(features: np.ndarray, mean: np.ndarray, std: np.ndarray) -> None:
-    """``(x - mean) / std`` in place, computed in float64 one row block at a time."""
-    for start in range(0, len(features), _BLOCK_ROWS):
-        block = features[start : start + _BLOCK_ROWS]
-        block[:] = (block.astype(np.float64) - mean) / std
+# The two kernels below are compiled loops over the float32 rows (no float64 copy of a block);
+# they add in the order numpy's block-wise ``nansum(block, axis=0)`` does (row after row within
+# a block, then the block's sum into the total), so the statistics are the same to the bit.
+@numba.njit(nogil=True, cache=True)
+def _add_column_sums(features, block_rows, center, square, total, count):
+    """``total += Σ (x - center)`` (or its square) and ``count += Σ 1`` per column over the
+    non-NaN values, summed per block of ``block_rows`` rows."""
+    rows, cols = features.shape
+    block_total, block_count = np.zeros(cols), np.zeros(cols)
+    for start in range(0, rows, block_rows):
+        block_total[:] = 0.0
+        block_count[:] = 0.0
+        for i in range(start, min(start + block_rows, rows)):
+            for j in range(cols):
+                value = np.float64(features[i, j])
+                if not np.isnan(value):
+                    centred = value - center[j]
+                    block_total[j] += centred * centred if square else centred
+                    block_count[j] += 1.0
+        total += block_total
+        count += block_count
+
+
+@numba.njit(nogil=True, cache=True)
+def _apply_zscore(features, mean, std):
+    """``(x - mean) / std`` in place, computed in float64 and stored as float32."""
+    rows, cols = features.shape
+    for i in range(rows):
+        for j in range(cols):
+            features[i, j] = np.float32((np.float64(features[i, j]) - mean[j]) / std[j])
 
 
 def _query_minmax(features: np.ndarray, query_rows: list[np.ndarray]) -> None:

@@ -5,9 +5,10 @@ This module is the implementation of the format rules that :mod:`datamodules.rea
 
 :func:`scan` walks a buffer of whole lines once. With ``fill=False`` it only checks the lines and
 counts rows, NULL tokens and the largest feature index; with ``fill=True`` it also writes the
-rows into preallocated arrays. Both passes run the same code, so what the counting pass accepts
-is exactly what the filling pass writes. It is compiled by numba (``nogil``), so chunks of one
-file can be scanned in parallel threads.
+rows into preallocated arrays (sized by a counting scan, or by :func:`capacity` and a width
+guess). Both modes run the same code, so what counting accepts is exactly what filling
+writes. It is compiled by numba (``nogil``), so chunks of one file can be scanned in parallel
+threads.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ BAD_INDEX = 6
 INDEX_ORDER = 7
 BAD_VALUE = 8
 INDEX_TOO_LARGE = 9
-CHANGED = 10  # the filling pass found more than the counting pass: the file changed meanwhile
+CHANGED = 10  # a row does not fit the arrays: the file changed since it was counted, or a
+# single-pass fill met a feature index beyond the width it was given
 
 # Layout of the int64 result vector of scan.
 R_ROWS, R_LINES, R_MAX_INDEX, R_NULLS, R_NONFINITE = 0, 1, 2, 3, 4
@@ -157,6 +159,19 @@ def _parse_value(buf, i, n, pow10):
 
 
 @numba.njit(nogil=True, cache=True)
+def capacity(buf):
+    """Upper bounds on what :func:`scan` finds in ``buf``: (rows, NULL tokens). Every row ends
+    at a line end (a ``\\n`` or ``\\r`` byte) or at the end of the buffer; every NULL token
+    starts with ``N``."""
+    line_ends = 0
+    capitals = 0
+    for c in buf:
+        line_ends += c == 10 or c == 13
+        capitals += c == 78
+    return line_ends + 1, capitals
+
+
+@numba.njit(nogil=True, cache=True)
 def scan(
     buf,
     fill,
@@ -174,7 +189,8 @@ def scan(
     """Scan whole lines of ``buf`` (uint8); returns an int64 result vector (see ``R_*``).
 
     Line numbers are 1-based within ``buf``; ``R_ERROR_POS`` is the byte offset of the bad
-    token. With ``fill`` the arrays (sized by a counting pass over the same bytes) receive:
+    token. With ``fill`` the arrays (sized for the same bytes by a counting scan, or by
+    :func:`capacity` and a width) receive:
     features [rows, F] float32 (absent features stay as they are, i.e. 0), labels uint8,
     qids int64, lines int64, doc_start / doc_end int64 (the doc id's byte span in ``buf``),
     null_rows / null_cols int64 (the cells written as ``NULL``), present bool [F] (columns

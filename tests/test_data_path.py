@@ -2,6 +2,7 @@
 reader, and the report's criteria (benchmarks/data_path.py)."""
 
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -10,7 +11,7 @@ from datamodules.reader import read_letor_file
 from tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT))
-from benchmarks.data_path import report  # noqa: E402
+from benchmarks.data_path import lightgbm_copies, report  # noqa: E402
 
 
 def test_mslr_text_reads_back_as_the_rounded_features(tmp_path):
@@ -22,6 +23,20 @@ def test_mslr_text_reads_back_as_the_rounded_features(tmp_path):
     np.testing.assert_array_equal(parsed.features, (expected / 1e6).astype(np.float32))
     np.testing.assert_array_equal(parsed.labels, data.labels)
     np.testing.assert_array_equal(parsed.qids, np.repeat(np.arange(5, 20), data.lengths))
+
+
+def test_lightgbm_copies_move_the_qids_to_query_files(tmp_path):
+    data = generate_mslr(n_queries=6, n_docs=40, n_features=5, max_list=12, seed=3)
+    path = tmp_path / "train.txt"
+    path.write_bytes(letor_text(data, first_qid=9))
+    (copy,) = lightgbm_copies([str(path)], tmp_path / "lightgbm")
+    original = path.read_text().splitlines()
+    stripped = Path(copy).read_text().splitlines()
+    assert stripped == [
+        " ".join(t for t in line.split() if not t.startswith("qid:")) for line in original
+    ]
+    sizes = [int(n) for n in Path(f"{copy}.query").read_text().split()]
+    assert sizes == data.lengths.tolist()
 
 
 def test_report_states_each_criterion():

@@ -1,6 +1,7 @@
 """datamodules/reader.py: the format rules, errors (file:line), value rules, gzip, the cache."""
 
 import gzip
+import hashlib
 import logging
 import math
 import os
@@ -161,29 +162,52 @@ def test_error_line_is_counted_across_chunks_and_threads(tmp_path, monkeypatch):
         read(write(tmp_path, b"\n".join(lines), "broken.txt"))
 
 
-@pytest.mark.parametrize(
-    "changed, line",
-    [
-        (GOOD + b"0 qid:9 1:1\n", 6),  # one more row
-        (GOOD.replace(b"3:1.0\n", b"3:1.0 4:1\n"), 5),  # a wider row
-        (GOOD.replace(b"3:1.0\n", b"3:NULL\n"), 5),  # a NULL more
-    ],
-)
-def test_a_file_that_changes_between_the_two_passes_is_an_error(
-    tmp_path, monkeypatch, changed, line
-):
-    """What the counting pass did not see is never written past the arrays' ends."""
+def test_a_file_changed_before_its_single_pass_is_read_as_it_is_then(tmp_path, monkeypatch):
+    """Rows and hash come from the same single read of the bytes."""
     path = write(tmp_path, GOOD)
+    changed = GOOD + b"0 qid:9 1:1\n"
     real, calls = reader._chunks, []
 
     def changing(p, hasher=None):
         calls.append(p)
-        if len(calls) == 2:  # the filling pass
+        if len(calls) == 2:  # after the first chunk's width scan, before the filling scan
             p.write_bytes(changed)
         yield from real(p, hasher)
 
     monkeypatch.setattr(reader, "_chunks", changing)
-    with pytest.raises(ValueError, match=f"part.txt:{line}: the file changed while it was read"):
+    parsed = read(path)
+    assert parsed.num_rows == 4 and parsed.qids[-1] == 9
+    assert parsed.meta["sha256"] == hashlib.sha256(changed).hexdigest()
+
+
+NARROW_THEN_WIDE = b"".join(b"%d qid:%d 1:0.5 2:1\n" % (i % 2, i // 4) for i in range(40))
+NARROW_THEN_WIDE += b"1 qid:10 1:2 3:4 5:6\n0 qid:10 2:1\n"
+
+
+def test_a_row_wider_than_the_first_chunk_counts_every_chunk_first(tmp_path, monkeypatch):
+    monkeypatch.setattr(reader, "_CHUNK", 64)  # a few lines per chunk
+    parsed = read(write(tmp_path, NARROW_THEN_WIDE))
+    assert parsed.features.shape == (42, 5)
+    np.testing.assert_array_equal(parsed.features[40], [2, 0, 4, 0, 6])
+    np.testing.assert_array_equal(parsed.features[:40], np.tile([0.5, 1, 0, 0, 0], (40, 1)))
+    assert parsed.line_numbers[-1] == 42
+    assert parsed.meta["sha256"] == hashlib.sha256(NARROW_THEN_WIDE).hexdigest()
+
+
+def test_a_file_that_widens_between_counting_and_filling_is_an_error(tmp_path, monkeypatch):
+    """What the counting scan did not see is never written past the arrays' ends."""
+    monkeypatch.setattr(reader, "_CHUNK", 64)
+    path = write(tmp_path, NARROW_THEN_WIDE)
+    real, calls = reader._chunks, []
+
+    def changing(p, hasher=None):
+        calls.append(p)
+        if len(calls) == 4:  # width scan, guessed fill, counting scan, then this fill
+            p.write_bytes(NARROW_THEN_WIDE.replace(b"5:6\n", b"5:6 7:1\n"))
+        yield from real(p, hasher)
+
+    monkeypatch.setattr(reader, "_chunks", changing)
+    with pytest.raises(ValueError, match="part.txt:41: the file changed while it was read"):
         read(path)
 
 
@@ -356,3 +380,11 @@ def test_release_pages_drops_read_features_from_this_process_memory(tmp_path):
     parsed.release_pages()
     assert before - resident() > 2**19
     assert float(parsed.features.sum(dtype=np.float64)) == total  # mapped again on access
+
+
+def test_a_failed_parse_leaves_no_partial_cache_entry(tmp_path, monkeypatch):
+    monkeypatch.setattr(reader, "_CHUNK", 64)  # the error is in a later chunk, while filling
+    path = write(tmp_path, NARROW_THEN_WIDE + b"1 qid:11 1:x\n", "bad.txt")
+    with pytest.raises(ValueError, match="bad.txt:43: feature value in '1:x'"):
+        read_letor_file(path, cache_dir=tmp_path / "c")
+    assert not any((tmp_path / "c" / "letor").iterdir())
