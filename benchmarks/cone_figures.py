@@ -22,22 +22,21 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import measure  # noqa: E402
 import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-RESULTS = ROOT / "benchmarks" / "results"
-
 from datamodules.letor import LetorDataModule  # noqa: E402
 from losses.pairs import preference_mask  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
 
 
 def fig3(sweep: Path, out: Path) -> None:
@@ -143,6 +142,7 @@ def main() -> None:
         fig3(args.sweep, args.out)
     else:
         fig4(args.root, args.fold, args.out)
+    print("\n" + measure.metadata_line(measure.run_metadata()), end="")
 
 
 if __name__ == "__main__":

@@ -23,13 +23,13 @@ subprocess (Linux, CPU) or ``torch.cuda.max_memory_allocated``.
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 import time
 from functools import partial
 from pathlib import Path
 
+import measure
 import torch
 from omegaconf import OmegaConf
 
@@ -79,21 +79,9 @@ def steps():
     }
 
 
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
 def timed(fn, repeats, device):
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        sync(device)
-        start = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+    """Median wall-clock milliseconds per call, after a warm-up."""
+    return measure.median_seconds(fn, repeats, time.perf_counter, device) * 1e3
 
 
 def agreement(features, labels, mask, basis):
@@ -109,22 +97,11 @@ def agreement(features, labels, mask, basis):
     return out
 
 
-def _status_bytes(key: str) -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(key):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"{key} not in /proc/self/status")
-
-
 def peak_bytes(step_name, args, length, device):
     """Peak memory of one step (see the module docstring)."""
     if device.type == "cuda":
         inputs = make_batch(args.batch, length, args.features, args.basis, device)
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
-        steps()[step_name](*inputs)
-        return torch.cuda.max_memory_allocated(device) - base
+        return measure.cuda_peak_bytes(partial(steps()[step_name], *inputs), device)
     command = [sys.executable, __file__, "--probe", step_name, "--lengths", str(length),
                "--batch", str(args.batch), "--features", str(args.features),
                "--basis", str(args.basis)]  # fmt: skip
@@ -137,11 +114,7 @@ def probe(step_name, args) -> None:
     inputs = make_batch(args.batch, args.lengths[0], args.features, args.basis, "cpu")
     step = steps()[step_name]
     step(*inputs)  # warm-up
-    with open("/proc/self/clear_refs", "w") as clear:
-        clear.write("5")  # reset the peak resident set (VmHWM) to the current one
-    before = _status_bytes("VmRSS")
-    step(*inputs)
-    print(_status_bytes("VmHWM") - before)
+    print(measure.rss_peak_bytes(partial(step, *inputs)))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -191,6 +164,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{close['fista']:.1e}, {close['active_set']:.1e} | {memory} |",
             flush=True,
         )
+    print("\n" + measure.metadata_line(measure.run_metadata(device)), end="")
 
 
 if __name__ == "__main__":

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+import measure
+from reproduce import Config, run_all
 
-from reproduce import Config, run_all  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 METRICS = ["map", "ndcg@1", "ndcg@5", "ndcg@10"]
 
@@ -126,7 +124,13 @@ def main() -> None:
     samples_title = f"Accuracy vs. MCMC samples (restart skew {args.samples_skew})"
     skew_title = f"Effect of restart skew (S = {args.skew_samples})"
     text = "\n".join(
-        [caption, "", table(samples_title, "S", samples), table(skew_title, "k", skews)]
+        [
+            caption,
+            "",
+            table(samples_title, "S", samples),
+            table(skew_title, "k", skews),
+            measure.metadata_line(measure.run_metadata()),
+        ]
     )
     print(text)
     args.results.mkdir(parents=True, exist_ok=True)

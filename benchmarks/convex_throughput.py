@@ -31,18 +31,15 @@ import argparse
 import math
 import statistics
 import sys
-import time
 from pathlib import Path
 
+import measure
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from losses.convex import convex_loss, set_log_sum_exp  # noqa: E402
-from losses.inputs import check_list_inputs  # noqa: E402
-from losses.pairs import sample_pairs, valid_queries  # noqa: E402
-from losses.ranking_sampler import (  # noqa: E402
+from losses.convex import convex_loss, set_log_sum_exp
+from losses.inputs import check_list_inputs
+from losses.pairs import sample_pairs, valid_queries
+from losses.ranking_sampler import (
     ACCEPTS,
     TARGETS,
     QueryTables,
@@ -58,7 +55,7 @@ from losses.ranking_sampler import (  # noqa: E402
     query_tables,
     run_sampler,
 )
-from losses.reduction import reduce_queries  # noqa: E402
+from losses.reduction import reduce_queries
 
 # ---------------------------------------------------------------------------------------------
 # Baseline: losses/ranking_sampler.py's run_sampler (with _seed_orders, _swap, _restart, _repeat,
@@ -317,26 +314,16 @@ def baseline_convex_loss(
 # ---------------------------------------------------------------------------------------------
 
 
-def clock(device: torch.device):
-    """CPU time of this process on CPU (robust on a shared machine), else wall time."""
-    return time.process_time if device.type == "cpu" else time.perf_counter
-
-
 def paired_medians(old, new, device: torch.device, repeats: int) -> tuple[float, float]:
     """Median seconds of ``old()`` and ``new()``, measured alternately (after one warm-up each)
-    so that load changes on a shared machine hit both alike."""
-    now = clock(device)
+    so that load changes on a shared machine hit both alike: CPU time of this process on CPU
+    (robust on a shared machine), else wall time (:func:`measure.device_clock`)."""
+    clock = measure.device_clock(device)
     times: dict = {old: [], new: []}
     old(), new()
     for _ in range(repeats):
         for fn in (old, new):
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            start = now()
-            fn()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            times[fn].append(now() - start)
+            times[fn].append(measure.call_seconds(fn, clock, device))
     return statistics.median(times[old]), statistics.median(times[new])
 
 
@@ -469,9 +456,11 @@ def main(argv: list[str] | None = None) -> list[str]:
     if args.epoch_fold is not None:
         tables.append(epoch_table(args, device))
         print(tables[-1], flush=True)
+    meta = measure.metadata_line(measure.run_metadata(device))
+    print(meta, flush=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("\n".join(tables))
+        args.out.write_text("\n".join([*tables, meta]))
     return tables
 
 

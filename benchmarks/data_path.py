@@ -35,15 +35,14 @@ import itertools
 import json
 import os
 import re
-import resource
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import measure
+from measure import ROOT
 
 SPLITS = (("train.txt", 0.6), ("vali.txt", 0.2), ("test.txt", 0.2))
 TRAIN_OVERRIDES = ["loss=domination", "trainer.max_epochs=1", "logger=csv"]
@@ -128,7 +127,7 @@ def peer_worker(kind: str, files: list[str]) -> dict:
     return {
         "seconds": time.perf_counter() - start,
         "rows": rows,
-        "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_rss": measure.max_rss_bytes(),
     }
 
 
@@ -136,15 +135,14 @@ def train_worker(overrides: list[str], run_dir: Path) -> dict:
     """``train()`` as ``python train.py`` runs it, with its phases timed."""
     start = time.perf_counter()
     import pytorch_lightning as pl
+    from reproduce import train_script
 
     import datamodules.letor as letor
-    import train as train_script
 
+    script = train_script()["train"].__globals__  # the namespace train() looks names up in
     phases: dict[str, float] = {}
 
-    def timed(owner, name, phase):
-        original = getattr(owner, name)
-
+    def timed(original, phase):
         def wrapper(*args, **kwargs):
             begin = time.perf_counter()
             try:
@@ -152,20 +150,21 @@ def train_worker(overrides: list[str], run_dir: Path) -> dict:
             finally:
                 phases[phase] = phases.get(phase, 0.0) + time.perf_counter() - begin
 
-        setattr(owner, name, wrapper)
+        return wrapper
 
-    timed(letor, "read_letor_file", "read files")
-    timed(letor.LetorDataModule, "_store_features", "split features")
-    timed(letor.LetorDataModule, "_load", "data setup (all)")
-    timed(pl.Trainer, "fit", "fit (1 epoch + val)")
-    timed(pl.Trainer, "test", "test")
-    timed(train_script, "write_outputs", "outputs + metrics")
+    letor.read_letor_file = timed(letor.read_letor_file, "read files")
+    module = letor.LetorDataModule
+    module._store_features = timed(module._store_features, "split features")
+    module._load = timed(module._load, "data setup (all)")
+    pl.Trainer.fit = timed(pl.Trainer.fit, "fit (1 epoch + val)")
+    pl.Trainer.test = timed(pl.Trainer.test, "test")
+    script["write_outputs"] = timed(script["write_outputs"], "outputs + metrics")
     phases["imports"] = time.perf_counter() - start
-    train_script.train(train_script.compose_run(overrides, run_dir), run_dir)
+    script["train"](script["compose_run"](overrides, run_dir), run_dir)
     return {
         "phases": phases,
         "wall_inside": time.perf_counter() - start,
-        "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_rss": measure.max_rss_bytes(),
     }
 
 
@@ -425,14 +424,14 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_ddp:
         ddp = ddp_run(letor, runs_dir / "ddp", env)
         print(f"  ddp: {ddp}", flush=True)
-    text = report(info, peers, runs, ddp)
+    meta = measure.run_metadata("cpu")  # after the workers: torch stays out of their start
+    text = report(info, peers, runs, ddp) + "\n" + measure.metadata_line(meta)
     print(text, flush=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)
-        args.out.with_suffix(".json").write_text(
-            json.dumps({"info": info, "peers": peers, "runs": runs, "ddp": ddp}, indent=1) + "\n"
-        )
+        record = {"info": info, "peers": peers, "runs": runs, "ddp": ddp, "meta": meta}
+        args.out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -14,18 +14,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
+import measure
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from datamodules.letor import LetorDataModule
+from rankers.domination_cd import DominationCD
+from rankers.metrics import letor_metrics
 
-from datamodules.letor import LetorDataModule  # noqa: E402
-from rankers.domination_cd import DominationCD  # noqa: E402
-from rankers.metrics import letor_metrics  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 VARIANTS = {
     "sequential (all features)": {"induction": False, "sweeps_per_step": 1000},
@@ -128,6 +127,7 @@ def main() -> None:
             f"| {variant} | {mean['nnz']:.1f} | {mean['sweeps']:.0f} | {mean['seconds']:.1f} "
             f"| {mean['val']:.4f} | {mean['map']:.4f} | {spread:.4f} |"
         )
+    print("\n" + measure.metadata_line(measure.run_metadata("cpu")), end="")
 
 
 if __name__ == "__main__":

@@ -15,17 +15,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
+import measure
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from losses.domination import domination_loss  # noqa: E402
+from losses.domination import domination_loss
 
 
 def closed_form(scores, labels, mask):
@@ -51,37 +48,10 @@ def loop(scores, labels, mask):
     return total
 
 
-def _status(key: str) -> int:
-    text = Path("/proc/self/status").read_text()
-    return int(re.search(key + r":\s+(\d+)", text).group(1)) * 1024
-
-
-def peak_bytes(fn, device: torch.device) -> int:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        fn()
-        torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated() - base
-    Path("/proc/self/clear_refs").write_text("5")
-    base = _status("VmRSS")
-    fn()
-    return _status("VmHWM") - base
-
-
 def best_seconds(fn, device: torch.device, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return min(times)  # best of n: the machine is shared, noise only ever adds time
+    """Best of n wall-clock calls after a warm-up: the machine is shared, noise only ever adds
+    time."""
+    return measure.best_seconds(fn, repeats, time.perf_counter, device)
 
 
 def make_batch(batch: int, length: int, device: torch.device, seed: int = 0):
@@ -133,7 +103,7 @@ def main() -> None:
     if args.child:  # one memory measurement, printed for the parent
         step = make_step(METHODS[args.child], *make_batch(args.batch, args.lengths[0], device))
         step()
-        print(min(peak_bytes(step, device) for _ in range(3)))
+        print(min(measure.peak_bytes(step, device) for _ in range(3)))
         return
     print(
         f"B={args.batch}, labels in {{0,1,2}}, lists of L/2..L real documents, "
@@ -151,7 +121,7 @@ def main() -> None:
             step = make_step(method, scores, labels, mask)
             times[name] = best_seconds(step, device, args.repeats)
             if device.type == "cuda":
-                peaks[name] = max(peak_bytes(step, device) for _ in range(2))
+                peaks[name] = max(measure.peak_bytes(step, device) for _ in range(2))
             else:
                 peaks[name] = child_peak(name, args.batch, length)
         closed, den, lp = times["closed form"], times["dense [B,L,L]"], times["per-query loop"]
@@ -164,6 +134,7 @@ def main() -> None:
             f"{mb['dense [B,L,L]']:.2f} | {mb['per-query loop']:.2f} | "
             f"{ratio} |"
         )
+    print("\n" + measure.metadata_line(measure.run_metadata(device)), end="")
 
 
 if __name__ == "__main__":

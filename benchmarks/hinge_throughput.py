@@ -14,18 +14,13 @@ proportions (0: 74 %, 1: 19 %, 2: 7 %); lists are full (every query has L docume
 from __future__ import annotations
 
 import argparse
-import statistics
-import sys
-import time
-from pathlib import Path
 
+import measure
 import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from losses.ndcg_assignment import (  # noqa: E402
+from losses.ndcg_assignment import (
     assignment_positions,
     gains_and_ideal_dcg,
     label_level_dp,
@@ -63,20 +58,10 @@ def scipy_per_query(scores, labels, mask, k):
 
 
 def timed(fn, repeats, device):
-    """Median milliseconds per call. On CPU this is the process's CPU time, not wall time: on a
-    shared machine wall time mostly measures the neighbours (every path here is one thread)."""
-    clock = time.perf_counter if device.type == "cuda" else time.process_time
-    fn()  # warm-up (DP tables are built and cached here)
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = clock()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(clock() - start)
-    return statistics.median(times) * 1e3
+    """Median milliseconds per call after a warm-up (DP tables are built and cached there). On
+    CPU this is the process's CPU time, not wall time: on a shared machine wall time mostly
+    measures the neighbours (every path here is one thread)."""
+    return measure.median_seconds(fn, repeats, measure.device_clock(device), device) * 1e3
 
 
 def main() -> None:
@@ -129,6 +114,7 @@ def main() -> None:
                 f"{t_lsa / t_dp:.1f}x | {ratio_hu:.0f}x |",
                 flush=True,
             )
+    print("\n" + measure.metadata_line(measure.run_metadata(device)), end="")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -36,11 +35,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from rankers.evaluate import evaluate_files
+from rankers.metrics import letor_metrics
 
-from rankers.evaluate import evaluate_files  # noqa: E402
-from rankers.metrics import letor_metrics  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 MAX_PAIRS_PER_QUERY = 2000  # RankSVM pair budget per training query (memory stays bounded)
 PEERS = ("lightgbm", "xgboost", "ranksvm")

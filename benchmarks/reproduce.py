@@ -20,18 +20,21 @@ and seconds per fold), the per-fold tables, the papers' published MQ2008 numbers
 Suites (``SUITES``): ``mq2008`` (baselines, every seed objective's paper and best settings, and
 the peers unless ``--no-peers``), ``mq2008-fast`` (the same without the paper's ConeRank rows, the
 slowest runs), ``seeds`` (the four objectives' best settings), ``cone-cost`` (ConeRank's and
-the domination loss's defaults, for their cost ratio), ``tiny`` (CI smoke). A suite's
-experiments whose files do not exist yet are skipped with a message. Times: "s / fold" is the
-wall time of a run, "CPU s / fold" its CPU time (one thread; what an idle core would take).
+the domination loss's defaults, for their cost ratio), ``tiny`` (CI smoke). ``--experiment``
+takes the names of ``conf/experiment/*.yaml``. Times: "s / fold" is the wall time of a run,
+"CPU s / fold" its CPU time (one thread; what an idle core would take). The markdown ends with
+the run's provenance (commit, torch, threads, device: ``benchmarks/measure.py``); the JSON
+holds it under ``"meta"``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
+import runpy
 import statistics
-import sys
 import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -39,12 +42,14 @@ from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
 
+import measure
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+EXPERIMENTS = ROOT / "conf" / "experiment"
 
 COLUMNS = ["map", "mean_ndcg", "ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "p@1", "p@5", "p@10"]
 HEADERS = ["MAP", "MeanNDCG", "NDCG@1", "NDCG@3", "NDCG@5", "NDCG@10", "P@1", "P@5", "P@10"]
-TARGETS = {"map": 0.480, "mean_ndcg": 0.490}  # issue 7's MQ2008 targets for the best row
+TARGETS = {"map": 0.480, "mean_ndcg": 0.490}  # the MQ2008 targets the best row is held to (README)
 PEER_NAMES = ("lightgbm", "xgboost", "ranksvm")  # benchmarks/peers.py
 
 
@@ -55,7 +60,6 @@ class Config:
     name: str
     overrides: list[str] = field(default_factory=list)
     peer: str | None = None
-    experiment: str | None = None
 
     @property
     def kind(self) -> str:
@@ -63,15 +67,14 @@ class Config:
 
 
 def experiment(name: str) -> Config:
-    return Config(name, [f"experiment={name}"], experiment=name)
+    return Config(name, [f"experiment={name}"])
 
 
 def baseline(loss: str) -> Config:
     return Config(loss, ["model=linear", f"loss={loss}"])
 
 
-# The MQ2008 suite: the seed objectives' paper and best settings, the baselines. The lead
-# finalizes the list; names without a conf/experiment file are skipped with a message.
+# The MQ2008 suite: the seed objectives' paper and best settings, the baselines.
 # "mq2008-fast" is the same table without the paper's ConeRank rows (the slowest runs).
 _PAPER_CONE = [experiment("conerank_paper_sg"), experiment("conerank_paper_eg")]
 _MQ2008 = [
@@ -117,18 +120,6 @@ TINY_OVERRIDES = [
 ]
 
 
-def experiment_exists(config: Config) -> bool:
-    if config.experiment is None:
-        return True
-    if (ROOT / "conf" / "experiment" / f"{config.experiment}.yaml").is_file():
-        return True
-    print(
-        f"skipping {config.name}: conf/experiment/{config.experiment}.yaml does not exist yet",
-        flush=True,
-    )
-    return False
-
-
 def sweep_rows(configs: list[Config], sweep: list[str]) -> list[Config]:
     """Each configuration once per combination of the ``sweep`` overrides (``KEY=A,B,...``, any
     sweep Hydra's command line takes: ``range(1,11)``, ``choice(...)``), the values appended
@@ -147,7 +138,7 @@ def sweep_rows(configs: list[Config], sweep: list[str]) -> list[Config]:
         )
         grid = [[*job, f"{key}={value}"] for job in grid for value in values]
     return [
-        Config(" ".join([c.name, *job]), [*c.overrides, *job], c.peer, c.experiment)
+        Config(" ".join([c.name, *job]), [*c.overrides, *job], c.peer)
         for c in configs
         for job in grid
     ]
@@ -157,13 +148,20 @@ def _data_overrides(overrides: list[str]) -> list[str]:
     return [] if any(o.startswith("data=") for o in overrides) else ["data=mq2008"]
 
 
+@functools.cache
+def train_script() -> dict:
+    """The globals of ``train.py`` (``compose_run``, ``train``: what ``python train.py`` runs),
+    loaded from its file: it is a script at the repository root, not an installed module."""
+    return runpy.run_path(str(ROOT / "train.py"), run_name="train")
+
+
 def run_one(config: Config, fold: int, out_root: Path, tiny: bool, threads: int | None) -> dict:
     """One (configuration, fold): a train.py run or a peer. Returns the row (or an error)."""
     if threads:
         import torch
 
         torch.set_num_threads(threads)
-    from train import compose_run
+    compose_run = train_script()["compose_run"]
 
     run_dir = out_root / config.name / f"fold{fold}"
     cpu = time.process_time()
@@ -171,8 +169,7 @@ def run_one(config: Config, fold: int, out_root: Path, tiny: bool, threads: int 
     try:
         if config.peer:
             from hydra.utils import instantiate
-
-            from benchmarks.peers import run_peer
+            from peers import run_peer
 
             data_only = [o for o in overrides if o.lstrip("+~").startswith(("data", "seed"))]
             datamodule = instantiate(compose_run(data_only, run_dir).data)
@@ -180,11 +177,9 @@ def run_one(config: Config, fold: int, out_root: Path, tiny: bool, threads: int 
             row = run_peer(config.peer, datamodule, run_dir, tiny=tiny)
             row.pop("settings", None)
             return {**row, "cpu_seconds": time.process_time() - cpu}
-        from train import train
-
         cfg = compose_run(overrides, run_dir)
         start = time.perf_counter()
-        best_val = train(cfg, run_dir)
+        best_val = train_script()["train"](cfg, run_dir)
         seconds = time.perf_counter() - start
         metrics = json.loads((run_dir / "test_metrics.json").read_text())
         return {
@@ -221,7 +216,7 @@ def run_all(
         for config, fold in tasks:
             rows.append(run_one(config, fold, out_root, tiny, None))
             _progress(config, rows[-1])
-    else:
+    else:  # 2 shared cores, 4 MQ2008 runs of 30 epochs: --jobs 1 49-70 s, --jobs 2 26-49 s
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
             futures = {pool.submit(run_one, c, f, out_root, tiny, 1): c for c, f in tasks}
@@ -298,7 +293,7 @@ def markdown_table(name: str, rows: list[dict]) -> str:
 
 def target_note(configs: list[Config], results: dict[str, list[dict]]) -> str:
     """The best differank row (by test MAP, and by validation MAP: the honest pick) against the
-    best peer row and the issue's MQ2008 targets."""
+    best peer row and the MQ2008 targets (TARGETS)."""
 
     def best(kind: str, by: str) -> tuple[str, float, float, float] | None:
         scored = [
@@ -344,7 +339,7 @@ def bar_plot(
     reference: dict[str, dict[str, float]] | None = None,
 ) -> None:
     """MAP and MeanNDCG per row (error bars: standard error over folds, std / sqrt(folds));
-    published rows in grey, the issue's targets as dashed lines."""
+    published rows in grey, the MQ2008 targets as dashed lines."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -418,8 +413,8 @@ def main(argv: list[str] | None = None) -> None:
         "--peers",
         nargs="*",
         default=None,
-        help="add peer rows (no names: all of lightgbm xgboost ranksvm); "
-        "a suite adds its peers by default",
+        help="add peer rows (no names: the suite's peers, or without a suite all of lightgbm "
+        "xgboost ranksvm); a suite adds its peers by default",
     )
     parser.add_argument("--no-peers", action="store_true", help="no peer rows")
     parser.add_argument("--folds", nargs="*", type=int, default=[1, 2, 3, 4, 5])
@@ -442,23 +437,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=Path, default=ROOT / "outputs" / "reproduce")
     args = parser.parse_args(argv)
 
-    from benchmarks.peers import PEERS, available
+    from peers import PEERS, available
 
+    unknown = [name for name in args.experiment if not (EXPERIMENTS / f"{name}.yaml").is_file()]
+    if unknown:
+        known = " ".join(sorted(path.stem for path in EXPERIMENTS.glob("*.yaml")))
+        parser.error(f"no conf/experiment/<name>.yaml for {unknown}; choose from: {known}")
     configs = list(SUITES[args.suite]) if args.suite else []
     if args.only is not None:
         configs = [c for c in configs if c.name in args.only]
     configs += [experiment(name) for name in args.experiment]
     if not configs and (args.overrides or (args.peers is None and not args.include)):
         configs = [Config(" ".join(args.overrides) or "defaults")]  # the --overrides row
-    configs = sweep_rows([c for c in configs if experiment_exists(c)], args.sweep)
+    configs = sweep_rows(configs, args.sweep)
     extra = [*TINY_OVERRIDES, *args.overrides] if args.tiny else args.overrides
     configs = [
-        Config(
-            c.name.replace(" ", "_").replace("/", "-"),
-            [*c.overrides, *extra],
-            experiment=c.experiment,
-        )
-        for c in configs
+        Config(c.name.replace(" ", "_").replace("/", "-"), [*c.overrides, *extra]) for c in configs
     ]
     peers = args.peers
     if peers is None and args.suite:
@@ -480,7 +474,9 @@ def main(argv: list[str] | None = None) -> None:
     results = run_all(configs, folds, args.runs, args.jobs, args.tiny)
     wall = time.perf_counter() - start
     for path in args.include:  # rows of earlier runs; a configuration run now takes precedence
-        for name, rows in json.loads(path.read_text()).items():
+        earlier = json.loads(path.read_text())
+        earlier.pop("meta", None)  # the provenance of that run, not a row
+        for name, rows in earlier.items():
             if name not in results:
                 configs.append(Config(name, peer=name[5:] if name.startswith("peer_") else None))
                 results[name] = rows
@@ -500,7 +496,7 @@ def main(argv: list[str] | None = None) -> None:
         "",
     ]
     if mq2008 and not args.no_papers:
-        from benchmarks.papers import CONERANK_TABLE1_MQ2008, mq2008_reference, table
+        from papers import CONERANK_TABLE1_MQ2008, mq2008_reference, table
 
         reference = mq2008_reference()
         parts += [
@@ -509,12 +505,17 @@ def main(argv: list[str] | None = None) -> None:
             table(**{k: CONERANK_TABLE1_MQ2008[k] for k in ("source", "columns", "rows")}),
         ]
     parts += ["## Per fold", ""] + [markdown_table(c.name, results[c.name]) for c in configs]
+    meta = measure.run_metadata()
+    if args.jobs > 1:
+        meta["threads"] = 1  # each run's process (run_all), not this one
+    parts.append(measure.metadata_line(meta))
     text = "\n".join(parts)
     print(text, flush=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)
-        (args.out.with_suffix(".json")).write_text(json.dumps(results, indent=1) + "\n")
+        record = {**results, "meta": meta}
+        (args.out.with_suffix(".json")).write_text(json.dumps(record, indent=1) + "\n")
     plot = args.plot or (args.out.with_suffix(".png") if args.out else None)
     if plot and any(_ok(rows) for rows in results.values()):
         bar_plot(configs, results, plot, reference)

@@ -28,16 +28,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import measure
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 # loss name (as in throughput.VARIANTS) -> (max_list cap or None, extra loss kwargs)
 BUDGETS: dict[str, tuple[int | None, dict]] = {
@@ -59,19 +56,15 @@ def copy_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
     """Bytes copied per second by ``numpy.copyto`` (best of ``repeats``)."""
     source = np.ones(megabytes * 2**20 // 4, dtype=np.float32)
     target = np.empty_like(source)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        np.copyto(target, source)
-        best = min(best, time.perf_counter() - start)
-    return source.nbytes / best
+    copy = lambda: np.copyto(target, source)  # noqa: E731
+    return source.nbytes / measure.best_seconds(copy, repeats, time.perf_counter, warmup=False)
 
 
 def worker(name: str, shape: dict, batch_size: int, time_limit: float, seed: int) -> dict:
     """Generate the set, train one epoch of ``name``; the row as a dict (run in a subprocess)."""
     import torch
+    from throughput import load_variants, make_ranker
 
-    from benchmarks.throughput import load_variants, make_ranker
     from datamodules.mslr_synthetic import generate_mslr, iterate_batches
 
     torch.set_num_threads(1)
@@ -128,7 +121,7 @@ def worker(name: str, shape: dict, batch_size: int, time_limit: float, seed: int
         "data_bytes": data.nbytes,
         "n_features": data.features.shape[1],
         "total_docs": data.features.shape[0],
-        "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_rss": measure.max_rss_bytes(),
         "threads": torch.get_num_threads(),
     }
 
@@ -225,13 +218,15 @@ def main(argv: list[str] | None = None) -> None:
             f"generation {head['generate_seconds']:.1f} s.\n"
         )
     parts.append(table(rows, bandwidth, args.limit_gb))
+    meta = measure.run_metadata("cpu")  # after the workers: torch stays out of their start
+    parts.append(measure.metadata_line(meta))
     text = "\n".join(parts)
     print(text, flush=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)
         args.out.with_suffix(".json").write_text(
-            json.dumps({"bandwidth": bandwidth, "rows": rows}, indent=1) + "\n"
+            json.dumps({"bandwidth": bandwidth, "rows": rows, "meta": meta}, indent=1) + "\n"
         )
 
 

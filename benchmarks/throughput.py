@@ -43,18 +43,17 @@ from __future__ import annotations
 import argparse
 import ctypes
 import importlib
-import re
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import measure
 import torch
+from domination_throughput import dense
+
+from datamodules.mslr_synthetic import LABEL_SHARES
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from datamodules.mslr_synthetic import LABEL_SHARES  # noqa: E402
 
 MQ2008 = ROOT.parent / "shared" / "data" / "MQ2008"
 
@@ -171,11 +170,6 @@ def make_batch(batch: int, length: int, n_features: int, device, seed: int = 0):
     return features.to(device), labels.to(device), mask.to(device)
 
 
-def _status(key: str) -> int:
-    text = Path("/proc/self/status").read_text()
-    return int(re.search(key + r":\s+(\d+)", text).group(1)) * 1024
-
-
 M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
 
 
@@ -192,20 +186,12 @@ LIBC = _libc()
 def peak_bytes(fn, device: torch.device) -> int:
     """Peak memory added by one call of ``fn`` (see the module docstring for the method)."""
     if device.type == "cuda":
-        torch.cuda.synchronize()
-        before = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        fn()
-        torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated() - before
+        return measure.cuda_peak_bytes(fn)
     try:
         if LIBC is not None:  # every block > 64 KiB by mmap, so nothing freed is reused unseen
             LIBC.mallopt(M_MMAP_THRESHOLD, 64 * 1024)
             LIBC.malloc_trim(0)
-        Path("/proc/self/clear_refs").write_text("5")
-        before = _status("VmRSS")
-        fn()
-        return max(_status("VmHWM") - before, 0)
+        return max(measure.rss_peak_bytes(fn), 0)
     except OSError:  # not Linux: no peak measurement
         fn()
         return -1
@@ -214,22 +200,11 @@ def peak_bytes(fn, device: torch.device) -> int:
             LIBC.mallopt(M_MMAP_THRESHOLD, 32 * 2**20)
 
 
-def clock(device: torch.device):
-    """CPU: the process' CPU time (one thread, so the seconds an idle core would take, even on a
-    shared machine); CUDA: wall time after synchronising."""
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        return time.perf_counter()
-    return time.process_time()
-
-
 def best_seconds(fn, device: torch.device, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = clock(device)
-        fn()
-        times.append(clock(device) - start)
-    return min(times)
+    """The best of ``repeats`` calls (no warm-up: the peak-memory call before is one) by
+    :func:`measure.device_clock`: CPU time on CPU (one thread, so the seconds an idle core would
+    take, even on a shared machine), wall time after synchronising on CUDA."""
+    return measure.best_seconds(fn, repeats, measure.device_clock(device), device, warmup=False)
 
 
 def step_fn(loss, ranker, features, labels, mask):
@@ -261,10 +236,6 @@ def loop_fn(loss, ranker, features, labels, mask):
 
 def dense_domination_fn(ranker, features, labels, mask):
     """Domination loss through its dense [B, L, L] margin form (the O(L²) naive)."""
-    try:
-        from benchmarks.domination_throughput import dense
-    except ImportError:
-        return None
 
     def step():
         ranker.zero_grad(set_to_none=True)
@@ -291,18 +262,20 @@ def time_lengths(variant, cls, lengths, device, args) -> list[dict]:
         features, labels, mask = make_batch(args.batch, length, args.features, device)
         step = step_fn(loss, ranker, features, labels, mask)
         try:
-            start = clock(device)
+            clock = measure.device_clock(device)
+            measure.synchronize(device)
+            start = clock()
             peak = peak_bytes(step, device)  # also the warm-up call
-            first = clock(device) - start
+            measure.synchronize(device)
+            first = clock() - start
             repeats = 1 if first > 2.0 else args.repeats
             seconds = best_seconds(step, device, repeats)
             row = {"loss": variant.name, "L": length, "seconds": seconds, "peak": peak}
             if length <= args.naive_max and first < args.max_seconds / 4:
                 row["loop"] = best_seconds(loop_fn(loss, ranker, features, labels, mask), device, 1)
                 if variant.module == "losses.domination":
-                    dense = dense_domination_fn(ranker, features, labels, mask)
-                    if dense is not None:
-                        row["dense"] = best_seconds(dense, device, 1)
+                    naive = dense_domination_fn(ranker, features, labels, mask)
+                    row["dense"] = best_seconds(naive, device, 1)
         except (RuntimeError, MemoryError) as error:  # e.g. CUDA out of memory: stop growing L
             stop = f"failed: {type(error).__name__}"
             rows.append({"loss": variant.name, "L": length, "skipped": stop})
@@ -418,10 +391,11 @@ def epoch_rows(variants, device: torch.device, tiny: bool) -> list[dict]:
         ranker = make_ranker(variant, datamodule.n_features).to(device)
         loss = cls(**variant.kwargs).to(device)
         optimizer = torch.optim.Adam(ranker.parameters(), lr=0.01)
-        seconds = float("inf")
+        seconds, clock = float("inf"), measure.device_clock(device)
         for _ in range(2):  # the best of two epochs (the first also warms up)
             queries = 0
-            start = clock(device)
+            measure.synchronize(device)
+            start = clock()
             for batch in datamodule.train_dataloader():
                 features, labels, mask = (
                     batch[k].to(device) for k in ("features", "labels", "mask")
@@ -432,7 +406,8 @@ def epoch_rows(variants, device: torch.device, tiny: bool) -> list[dict]:
                 optimizer.step()
                 ranker.constrain()
                 queries += int(mask.shape[0])
-            seconds = min(seconds, clock(device) - start)
+            measure.synchronize(device)
+            seconds = min(seconds, clock() - start)
         rows.append(
             {"loss": variant.name, "queries": queries, "seconds": seconds, "source": source}
         )
@@ -566,6 +541,7 @@ def main(argv: list[str] | None = None) -> None:
             parts.append(throughput_table(rows, name))
         if not args.no_epoch:
             parts.append(epoch_table(epoch_rows(variants, device, args.tiny), name))
+    parts.append(measure.metadata_line(measure.run_metadata(*devices)))
     text = "\n".join(parts)
     print(text, flush=True)
     if args.out:

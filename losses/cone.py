@@ -26,7 +26,7 @@ from torch import nn
 
 from losses.cone_active_set import active_set_fold_in, static_active_set_fold_in
 from losses.inputs import (
-    check_labels_and_mask,
+    check_list_inputs,
     compute_dtype,
     finite_label_mask,
     finite_scores,
@@ -498,16 +498,7 @@ def _cone_loss_and_support(
     warm_support: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`cone_loss` and the supports of its pairs' fold-ins (a warm start's seed)."""
-    if features.dim() == 2:
-        raise ValueError(
-            f"cone_loss ranks feature vectors [B, L, F] but got shape {tuple(features.shape)} "
-            "(scalar scores [B, L]?): pass the features, i.e. use model=conerank with loss=cone"
-        )
-    if features.dim() != 3:
-        raise ValueError(f"features must be [B, L, F], got shape {tuple(features.shape)}")
-    if not features.is_floating_point():
-        raise ValueError(f"features must be floating point, got {features.dtype}")
-    check_labels_and_mask(labels, mask, tuple(features.shape[:2]), "features")
+    check_list_inputs(features, labels, mask, features=True)
     if basis.dim() != 2 or basis.shape[0] != features.shape[-1]:
         raise ValueError(
             f"basis must be [F, K] with F = {features.shape[-1]} (the features' last dimension), "

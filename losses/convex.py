@@ -10,9 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from losses.hinge import NUM_LEVELS
 from losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
-from losses.pairs import preference_mask, valid_queries
+from losses.pairs import NUM_LEVELS, preference_mask, valid_queries
 from losses.ranking_sampler import (
     ACCEPTS,
     DELTAS,
@@ -104,7 +103,7 @@ def convex_loss(
     distinct sampled orders ∪ {ideal order}: deterministic given the samples, convex in s, an
     exact gradient (the softmax-weighted mean of c), and a lower bound ``0 <= L̂_q <= L_q`` that
     is exact once every order is in the set. Samples come from ``samples`` or from the restarted
-    swap-Metropolis sampler (:func:`~losses.ranking_sampler.sample_orders`) with ``generator``.
+    swap-Metropolis sampler (:func:`~losses.ranking_sampler.run_sampler`) with ``generator``.
 
     Options beyond the contract:
 

@@ -28,7 +28,7 @@ from losses.inputs import (
     may_read_values,
     nan_for_nonfinite_scores,
 )
-from losses.pairs import preference_mask
+from losses.pairs import label_levels, preference_mask
 from losses.reduction import check_reduction, reduce_queries
 
 
@@ -77,21 +77,6 @@ def label_margins(
     labels = labels.to(torch.get_default_dtype()) if not labels.is_floating_point() else labels
     shifted = margin_scale * labels + margin_offset
     return torch.where(labels > 0, shifted, 0.0)
-
-
-def _dense_levels(labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Per row, the rank of each label among the row's distinct real labels (0 = lowest).
-
-    Works for any real-valued labels (sorting, no Python loop); padded slots get the level just
-    above the highest real one, so real levels 0..K−1 are contiguous.
-    """
-    real = torch.where(mask, labels, float("inf"))
-    ascending, order = real.sort(dim=-1)
-    starts = torch.ones_like(ascending, dtype=torch.long)
-    starts[..., 0] = 0
-    starts[..., 1:] = (ascending[..., 1:] != ascending[..., :-1]).long()
-    levels_sorted = starts.cumsum(dim=-1)
-    return torch.empty_like(levels_sorted).scatter_(-1, order, levels_sorted)
 
 
 def _level_logsumexp(
@@ -218,7 +203,7 @@ def domination_loss(
         below = below_level.gather(1, levels)
         has_lower = keep.any(dim=-1).gather(1, levels) & mask
     else:
-        levels = _dense_levels(real_labels, mask)
+        levels = label_levels(real_labels, mask)
         # The level axis needs only as many slots as a row has levels. Reading that count is
         # free on the CPU eager path; compiled or on an accelerator it would be a sync, so
         # there the axis is L wide (a row has at most L levels): static shapes, no host read.

@@ -20,12 +20,10 @@ from losses.ndcg_assignment import (
     query_levels,
     ystar_positions,
 )
-from losses.pairs import valid_queries
+from losses.pairs import NUM_LEVELS, valid_queries
 from losses.reduction import check_reduction, reduce_queries
 
 YSTARS = ("compatible", "index")
-NUM_LEVELS = 5
-"""Default bound on a query's distinct label values (LETOR 4.0 has 3, MSLR-WEB30K 5)."""
 SOLVERS = ("dp", "assignment")
 
 

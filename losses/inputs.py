@@ -29,38 +29,49 @@ import torch
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 
-
-def check_list_inputs(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> None:
-    """Validate the ``(scores [B, L], labels [B, L], mask [B, L] bool)`` triple of a scalar loss.
-
-    A feature tensor ``[B, L, F]`` in place of scores is the common mistake of pairing a
-    feature-space loss's model with a scalar loss; the message says which model to use.
-    """
-    if scores.dim() == 3:
-        raise ValueError(
-            f"this loss ranks scalar scores [B, L] but got a tensor of shape {tuple(scores.shape)} "
-            "(features [B, L, F]?): use a scalar model such as model=linear or model=mlp, or the "
-            "feature-space loss loss=cone with model=conerank"
-        )
-    if scores.dim() != 2:
-        raise ValueError(f"scores must be [B, L], got shape {tuple(scores.shape)}")
-    check_labels_and_mask(labels, mask, tuple(scores.shape), "scores")
-    if not scores.is_floating_point():
-        raise ValueError(f"scores must be floating point, got {scores.dtype}")
+# The other layout in place of the expected one is the common mistake of pairing a model with
+# the wrong kind of loss: the message names the pairing to use.
+_WRONG_LAYOUT = {
+    "scores": (
+        "this loss ranks scalar scores [B, L] but got a tensor of shape {shape} (features "
+        "[B, L, F]?): use a scalar model such as model=linear or model=mlp, or the feature-space "
+        "loss loss=cone with model=conerank"
+    ),
+    "features": (
+        "cone_loss ranks feature vectors [B, L, F] but got shape {shape} (scalar scores [B, L]?): "
+        "pass the features, i.e. use model=conerank with loss=cone"
+    ),
+}
 
 
-def check_labels_and_mask(
-    labels: torch.Tensor, mask: torch.Tensor, batch_shape: tuple[int, ...], source: str
+def check_list_inputs(
+    values: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    features: bool = False,
+    suggest_model: bool = True,
 ) -> None:
-    """Check that ``labels`` (real, integer or bool) and the bool ``mask`` are ``batch_shape``."""
-    if tuple(labels.shape) != batch_shape:
-        raise ValueError(
-            f"labels must match {source} {list(batch_shape)}, got shape {tuple(labels.shape)}"
-        )
-    if tuple(mask.shape) != batch_shape:
-        raise ValueError(
-            f"mask must match {source} {list(batch_shape)}, got shape {tuple(mask.shape)}"
-        )
+    """Validate ``(scores [B, L], labels [B, L], mask [B, L] bool)``, or with ``features=True``
+    ConeRank's ``(features [B, L, F], labels, mask)``: the shapes, floating values, a bool mask
+    and real, integer or bool labels.
+
+    With ``suggest_model`` (losses) a value tensor of the other layout gets a message naming the
+    model and loss to pair; the metrics, which have no model to suggest, turn it off.
+    """
+    name, layout, dims = ("features", "[B, L, F]", 3) if features else ("scores", "[B, L]", 2)
+    shape = tuple(values.shape)
+    if suggest_model and values.dim() in (2, 3) and values.dim() != dims:  # the other layout
+        raise ValueError(_WRONG_LAYOUT[name].format(shape=shape))
+    if values.dim() != dims:
+        raise ValueError(f"{name} must be {layout}, got shape {shape}")
+    if not values.is_floating_point():
+        raise ValueError(f"{name} must be floating point, got {values.dtype}")
+    batch = list(shape[:2])
+    if tuple(labels.shape) != shape[:2]:
+        raise ValueError(f"labels must match {name} {batch}, got shape {tuple(labels.shape)}")
+    if tuple(mask.shape) != shape[:2]:
+        raise ValueError(f"mask must match {name} {batch}, got shape {tuple(mask.shape)}")
     if mask.dtype != torch.bool:
         raise ValueError(f"mask must be bool (True = real document), got {mask.dtype}")
     if labels.is_complex():

@@ -30,6 +30,7 @@ from functools import lru_cache
 import torch
 
 from losses.inputs import may_read_values
+from losses.pairs import label_levels
 
 MAX_DP_STATES = 10_000
 """Largest DP table accepted (C(k'+M, M) states); M = 6 levels at k = 10 is 8008."""
@@ -63,61 +64,42 @@ def gains_and_ideal_dcg(
     return gains, ideal
 
 
-def label_levels(
-    labels: torch.Tensor, mask: torch.Tensor, num_levels: int | None = None
-) -> tuple[torch.Tensor, int]:
-    """Level of each document (0 = the query's highest label value) and the level count M.
-
-    Distinct values are peeled off one ``amax`` at a time (M passes over [B, L], no sort). With
-    ``num_levels=None`` the loop stops when no query has a value left, which reads one bool per
-    level on the host; with ``num_levels`` it runs exactly that many passes (static, no read),
-    and documents below a query's ``num_levels``-th distinct value get level M, like padding.
-
-    Shape:
-        labels, mask: [B, L] -> level [B, L] int64 (M at padded slots), M (an int >= 1).
-    """
-    dtype = labels.dtype if labels.is_floating_point() else torch.float64
-    key = torch.where(
-        mask, labels.to(dtype), torch.full((), -math.inf, dtype=dtype, device=labels.device)
-    )
-    values = []  # [B] per level: the query's m-th largest distinct label, −inf when exhausted
-    remaining = key
-    while num_levels is None or len(values) < num_levels:
-        top = remaining.amax(dim=-1)
-        if num_levels is None and values and not bool((top > -math.inf).any()):
-            break
-        values.append(top)
-        remaining = torch.where(remaining < top.unsqueeze(-1), remaining, -math.inf)
-    levels = len(values)
-    table = torch.stack(values, dim=-1)  # [B, M]
-    level = (table.unsqueeze(1) > key.unsqueeze(-1)).sum(dim=-1)
-    return torch.where(mask, level, torch.full_like(level, levels)), levels
-
-
 def query_levels(
     labels: torch.Tensor, mask: torch.Tensor, num_levels: int | None
 ) -> tuple[torch.Tensor, int, torch.Tensor]:
-    """:func:`label_levels` under the host-read rule of ``losses.inputs``, plus overflow.
+    """Each document's label level counted from the top, the level count M and the queries with
+    more than M distinct labels.
 
-    On the CPU eager path the count M is read from the labels (small tables, fast) and a query
-    with more than ``num_levels`` distinct labels is a ValueError; compiled or on an accelerator
-    M = ``num_levels`` (static shapes, no sync) and such queries are flagged in ``overflow``
-    instead. ``num_levels=None`` means no bound: M is always read.
+    The DP and y* fill positions from the highest label down, so level 0 is the query's highest
+    label here: :func:`~losses.pairs.label_levels` (0 = lowest) reversed within each query.
+
+    On the CPU eager path M is read from the labels (small tables, fast) and a query with more
+    than ``num_levels`` distinct labels is a ValueError; compiled or on an accelerator (the
+    host-read rule of ``losses.inputs``) M = ``num_levels`` (static shapes, no sync) and such
+    queries are flagged in ``overflow`` (their documents below the M-th label get levels >= M,
+    in no level's table). ``num_levels=None`` means no bound: M is always read.
 
     Shape:
-        labels, mask: [B, L] -> level [B, L] int64, M, overflow [B] bool.
+        labels, mask: [B, L] -> level [B, L] int64 (M at padded slots), M (an int >= 1),
+        overflow [B] bool.
     """
+    from_bottom = label_levels(labels, mask)
+    distinct = torch.where(mask, from_bottom + 1, 0).amax(dim=-1, keepdim=True)  # [B, 1]
+    from_top = distinct - 1 - from_bottom  # 0 = the query's highest label
+    overflow = torch.zeros_like(mask[:, 0])
     if num_levels is None or may_read_values(labels):
-        level, levels = label_levels(labels, mask)
+        levels = max(int(distinct.max()), 1) if distinct.numel() else 1
         if num_levels is not None and levels > num_levels:
             raise ValueError(
                 f"a query has {levels} distinct label values, more than num_levels={num_levels} "
                 "of the label-level DP: raise num_levels (the DP has C(k'+M, M) states) or use "
                 "solver='assignment' (exact per-query assignment on CPU)"
             )
-        return level, levels, torch.zeros_like(mask[:, 0])
-    level, levels = label_levels(labels, mask, num_levels)
-    return level, levels, (mask & (level >= levels)).any(dim=-1)
+    else:
+        levels = num_levels
+        overflow = (mask & (from_top >= levels)).any(dim=-1)
+    level = torch.where(mask, from_top, levels)
+    return level, levels, overflow
 
 
 def level_tops(
@@ -161,7 +143,7 @@ def ystar_positions(
     else:
         raise ValueError(f"ystar must be 'compatible' or 'index', got {ystar!r}")
     top = min(k, length)
-    level, levels = label_levels(labels, mask) if levels is None else levels
+    level, levels = query_levels(labels, mask, None)[:2] if levels is None else levels
     if levels > 16:  # many distinct labels: one lexicographic sort beats M top-k's of [B, L]
         by_key = key.argsort(dim=-1, descending=True, stable=True)
         order = by_key.gather(1, level.gather(1, by_key).argsort(dim=-1, stable=True))
@@ -262,7 +244,7 @@ def label_level_dp(
     batch, length = scores.shape
     device, dtype = scores.device, scores.dtype
     top = min(k, length)
-    level, levels = label_levels(labels, mask) if levels is None else levels
+    level, levels = query_levels(labels, mask, None)[:2] if levels is None else levels
     states = dp_state_count(levels, top)
     if states > MAX_DP_STATES:
         raise ValueError(

@@ -1,4 +1,5 @@
-"""Preference pairs by broadcasting, pair differences and bounded pair sampling (no Python loops).
+"""Preference pairs by broadcasting, label levels, pair differences and bounded pair sampling
+(no Python loops).
 
 A preference pair of a query is an ordered pair of real documents ``(i, j)`` with
 ``label_i > label_j`` (strict: ties make no pair, docs/architecture.md#validity-and-reduction).
@@ -11,6 +12,10 @@ from __future__ import annotations
 import torch
 
 from losses.inputs import float_labels
+
+NUM_LEVELS = 5
+"""Default bound on a query's distinct label values, i.e. its :func:`label_levels` (LETOR 4.0
+has 3, MSLR-WEB30K 5): the static size of the level tables of the hinge's DP and ConvexLoss."""
 
 
 def _real_labels(labels: torch.Tensor, mask: torch.Tensor, fill: float) -> torch.Tensor:
@@ -52,6 +57,28 @@ def valid_queries(labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     highest = _real_labels(labels, mask, float("-inf")).amax(dim=-1)
     lowest = _real_labels(labels, mask, float("inf")).amin(dim=-1)
     return highest > lowest
+
+
+def label_levels(labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Dense label levels: each real document's rank among its query's distinct real labels.
+
+    Level 0 is the query's lowest label, and ``level_i > level_j`` exactly when ``(i, j)`` is a
+    preference pair; padded slots get 0. One sort, no host read (so it compiles with
+    ``fullgraph=True`` and runs on the meta device).
+
+    Shape:
+        labels, mask: [..., L] -> [..., L] int64.
+
+    Example:
+        >>> labels = torch.tensor([[2.0, 0.5, 2.0, 7.0, float("nan")]])
+        >>> label_levels(labels, torch.tensor([[True, True, True, True, False]]))
+        tensor([[1, 0, 1, 2, 0]])
+    """
+    ascending, order = _real_labels(labels, mask, float("inf")).sort(dim=-1)
+    new_value = torch.zeros_like(ascending, dtype=torch.long)
+    new_value[..., 1:] = (ascending[..., 1:] != ascending[..., :-1]).long()
+    levels = torch.empty_like(new_value).scatter_(-1, order, new_value.cumsum(dim=-1))
+    return torch.where(mask, levels, torch.zeros_like(levels))
 
 
 def pair_counts(labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -25,7 +25,7 @@ from typing import NamedTuple
 import torch
 
 from losses.inputs import may_read_values
-from losses.pairs import random_options, sample_pairs
+from losses.pairs import label_levels, random_options, sample_pairs
 
 DELTAS = ("auc", "map", "ndcg")
 ACCEPTS = ("metropolis", "all")
@@ -72,13 +72,7 @@ def query_tables(
     batch, length = labels.shape
     device = labels.device
     real = torch.where(mask, labels, torch.zeros_like(labels)).to(dtype)
-    ascending = torch.where(mask, real, torch.full_like(real, math.inf))
-    sorted_labels, sort_index = ascending.sort(dim=-1, stable=True)
-    step = torch.ones_like(sort_index)
-    step[:, 0] = 0
-    step[:, 1:] = (sorted_labels[:, 1:] != sorted_labels[:, :-1]).long()
-    levels = torch.zeros_like(sort_index).scatter(-1, sort_index, step.cumsum(-1))
-    levels = torch.where(mask, levels, torch.zeros_like(levels))
+    levels = label_levels(real, mask)
     overflow = torch.zeros(batch, dtype=torch.bool, device=device)
     if num_levels is None or may_read_values(levels):
         num_levels = int(levels.max()) + 1 if levels.numel() else 1
@@ -246,12 +240,6 @@ def first_occurrences(hashes: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(first).scatter(-1, index, first)
 
 
-def distinct_orders(order: torch.Tensor, tables: QueryTables) -> torch.Tensor:
-    """``[B, S]`` bool: the first occurrence of each distinct order of a query's real documents
-    (slot order is kept, so slot 0 always survives)."""
-    return first_occurrences(order_hashes(order, tables))
-
-
 class SampleSet(NamedTuple):
     """Sampled orders with their constants: ``E(y) = deltas + coefficients·s``."""
 
@@ -397,21 +385,6 @@ def _seed_orders(
         target = _arrange(walk, rank, at_level, torch.full_like(order[..., 0], kind))
         seeds.append(torch.empty_like(order).scatter_(-1, target.long(), order))
     return torch.stack([seeds[0], seeds[1], seeds[2]])
-
-
-def sample_orders(scores: torch.Tensor, tables: QueryTables, **options) -> torch.Tensor:
-    """The orders ``[B, S, L]`` of :func:`run_sampler` (same keyword options).
-
-    Example:
-        >>> labels = torch.tensor([[1.0, 0.0, 2.0, 0.0]])
-        >>> mask = torch.tensor([[True, True, True, False]])
-        >>> tables = query_tables(labels, mask, delta="ndcg")
-        >>> g = torch.Generator().manual_seed(0)
-        >>> orders = sample_orders(torch.zeros(1, 4), tables, num_samples=6, generator=g)
-        >>> orders.shape, bool((orders[..., 3] == 3).all())  # padding stays last
-        (torch.Size([1, 6, 4]), True)
-    """
-    return run_sampler(scores, tables, keep_orders=True, **options).orders
 
 
 @torch.no_grad()

@@ -179,9 +179,9 @@ class ConeRank(Ranker):
 
     def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Closed-form Algorithm 2: ``s = enc(x)·v`` (or its rank-based tie-rule scores)."""
-        scores = self.encode(features, mask) @ self.direction()
         if self.prediction == "two_direction":
             return self.two_direction_scores(features, mask)
+        scores = self.encode(features, mask) @ self.direction()
         if self.prediction == "rank":
             if mask is None:
                 mask = torch.ones(scores.shape, dtype=torch.bool, device=scores.device)

@@ -29,6 +29,8 @@ import math
 import torch
 from torch.nn import functional as F
 
+from losses.domination import label_margins
+from losses.pairs import label_levels
 from rankers.linear import LinearRanker
 
 NEG_INF = float("-inf")
@@ -148,18 +150,17 @@ class DominationCD:
             )
         device, dtype = mask.device, self.dtype
         labels = torch.where(mask, labels, torch.zeros_like(labels)).to(dtype)
-        shift = labels * self.margin_scale + self.margin_offset
-        shift = torch.where(labels > 0, shift, torch.zeros_like(shift))  # thesis s(i), Alg. 5
+        shift = label_margins(labels, self.margin_scale, self.margin_offset)  # thesis s(i), Alg. 5
         if self.flat:
             labels = (labels > 0).to(dtype)
         if self.pool:
             mask, labels, shift = mask.reshape(1, -1), labels.reshape(1, -1), shift.reshape(1, -1)
-        levels = _dense_levels(labels, mask)
+        levels = label_levels(labels, mask)
         if self.negative_fraction < 1.0:
             generator = torch.Generator().manual_seed(self.seed)
             draw = torch.rand(mask.shape, generator=generator).to(device)
             mask = mask & ((levels > 0) | (draw < self.negative_fraction))
-            levels = _dense_levels(labels, mask)
+            levels = label_levels(labels, mask)
 
         flat_mask = mask.reshape(-1)
         keep = flat_mask.nonzero().squeeze(-1)  # setup only: the compact real-document index
@@ -369,15 +370,6 @@ class DominationCD:
             "sweeps": float(sweeps),
             "work": float(self.work),
         }
-
-
-def _dense_levels(labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Rank of each label among its row's distinct real labels (0 = lowest; padding on top)."""
-    real = torch.where(mask, labels, torch.full_like(labels, math.inf))
-    ascending, order = real.sort(dim=-1)
-    starts = torch.zeros_like(ascending, dtype=torch.long)
-    starts[..., 1:] = (ascending[..., 1:] != ascending[..., :-1]).long()
-    return torch.empty_like(starts).scatter_(-1, order, starts.cumsum(dim=-1))
 
 
 def _nonzeros(

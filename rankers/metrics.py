@@ -19,6 +19,9 @@ k > n. The choice is always explicit; the two conventions are never mixed silent
 
 Everything is float64 and vectorised over queries; every per-query value is a running sum over
 positions (``cumsum``), so appending padding never changes a query's value.
+
+``LetorMetric`` is the torchmetrics ``Metric`` of the same values (their dataset means, summed
+across processes), beside the functional form as in torchmetrics itself.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ import math
 from collections.abc import Sequence
 
 import torch
+import torchmetrics
+
+from losses.inputs import check_list_inputs
 
 CONVENTIONS = ("letor", "trec")
 SHORT_LIST_RULES = ("zero", "ndcg_at_n")
@@ -71,18 +77,10 @@ def check_metric_options(
 
 
 def _check_inputs(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> None:
-    if scores.dim() != 2:
-        raise ValueError(f"scores must be [B, L], got shape {tuple(scores.shape)}")
-    if not scores.is_floating_point():
-        raise ValueError(f"scores must be floating point, got {scores.dtype}")
-    shape = tuple(scores.shape)
-    if tuple(labels.shape) != shape:
-        raise ValueError(f"labels must match scores {list(shape)}, got shape {tuple(labels.shape)}")
-    if tuple(mask.shape) != shape:
-        raise ValueError(f"mask must match scores {list(shape)}, got shape {tuple(mask.shape)}")
-    if mask.dtype != torch.bool:
-        raise ValueError(f"mask must be bool (True = real document), got {mask.dtype}")
-    if labels.is_complex() or labels.dtype == torch.bool:
+    """The losses' shape and dtype rule, plus the metrics' own: graded (not bool) labels and,
+    unlike the losses, no NaN score and no negative label at a real document."""
+    check_list_inputs(scores, labels, mask, suggest_model=False)
+    if labels.dtype == torch.bool:
         raise ValueError(f"labels must be real numbers, got {labels.dtype}")
     # Checked on real documents only: padded entries may hold anything (NaN included).
     if bool((torch.isnan(scores) & mask).any()):
@@ -202,3 +200,50 @@ def letor_metrics(
         # Holes beyond n count as irrelevant and the division is still by k.
         out[f"p@{k}"] = hits[:, min(k, length) - 1] / float(k)
     return {key: out[key] for key in metric_keys(ks)}
+
+
+class LetorMetric(torchmetrics.Metric):
+    """Dataset means of :func:`letor_metrics` over batches of queries
+    (docs/metrics.md#dataset-averages).
+
+    States are float64 per-key sums and the number of queries, summed across processes, so the
+    result is the plain mean over every query seen. Rows without a real document are not
+    queries (they exist only as padding) and are not counted.
+    """
+
+    full_state_update = False
+    is_differentiable = False
+    higher_is_better = True
+
+    def __init__(
+        self,
+        ks: Sequence[int] = (1, 3, 5, 10),
+        convention: str = "letor",
+        short_list: str | None = None,
+        **kwargs,
+    ) -> None:
+        super().__init__(**kwargs)
+        # Validate now, not at the first update: a bad config fails at construction.
+        self.ks, self.short_list = check_metric_options(ks, convention, short_list)
+        self.convention = convention
+        self.keys = metric_keys(self.ks)
+        self.add_state(
+            "sums", torch.zeros(len(self.keys), dtype=torch.float64), dist_reduce_fx="sum"
+        )
+        self.add_state("queries", torch.zeros((), dtype=torch.int64), dist_reduce_fx="sum")
+
+    def update(self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> None:
+        per_query = letor_metrics(
+            scores,
+            labels,
+            mask,
+            ks=self.ks,
+            convention=self.convention,
+            short_list=self.short_list,
+        )  # empty rows give 0 everywhere, so they add nothing to the sums
+        self.sums = self.sums + torch.stack([per_query[key].sum() for key in self.keys])
+        self.queries = self.queries + mask.any(dim=1).sum()
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        means = self.sums / self.queries.clamp(min=1).to(torch.float64)
+        return {key: means[index] for index, key in enumerate(self.keys)}

@@ -16,60 +16,12 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-import torchmetrics
 from torch import nn
 
 from rankers.base import FullBatchSolver, Ranker
-from rankers.metrics import check_metric_options, letor_metrics, metric_keys
+from rankers.metrics import LetorMetric
 
 log = logging.getLogger(__name__)
-
-
-class LetorMetric(torchmetrics.Metric):
-    """Dataset means of :func:`~rankers.metrics.letor_metrics` over batches of queries
-    (docs/metrics.md#dataset-averages).
-
-    States are float64 per-key sums and the number of queries, summed across processes, so the
-    result is the plain mean over every query seen. Rows without a real document are not
-    queries (they exist only as padding) and are not counted.
-    """
-
-    full_state_update = False
-    is_differentiable = False
-    higher_is_better = True
-
-    def __init__(
-        self,
-        ks: Sequence[int] = (1, 3, 5, 10),
-        convention: str = "letor",
-        short_list: str | None = None,
-        **kwargs,
-    ) -> None:
-        super().__init__(**kwargs)
-        # Validate now, not at the first update: a bad config fails at construction.
-        self.ks, self.short_list = check_metric_options(ks, convention, short_list)
-        self.convention = convention
-        self.keys = metric_keys(self.ks)
-        self.add_state(
-            "sums", torch.zeros(len(self.keys), dtype=torch.float64), dist_reduce_fx="sum"
-        )
-        self.add_state("queries", torch.zeros((), dtype=torch.int64), dist_reduce_fx="sum")
-
-    def update(self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> None:
-        per_query = letor_metrics(
-            scores,
-            labels,
-            mask,
-            ks=self.ks,
-            convention=self.convention,
-            short_list=self.short_list,
-        )  # empty rows give 0 everywhere, so they add nothing to the sums
-        self.sums = self.sums + torch.stack([per_query[key].sum() for key in self.keys])
-        self.queries = self.queries + mask.any(dim=1).sum()
-
-    def compute(self) -> dict[str, torch.Tensor]:
-        means = self.sums / self.queries.clamp(min=1).to(torch.float64)
-        return {key: means[index] for index, key in enumerate(self.keys)}
 
 
 def check_loss_fits_ranker(ranker: Ranker, loss: nn.Module) -> None:

@@ -1,5 +1,6 @@
 """Shared fixtures: composing the Hydra config tree the way ``train.py`` sees it."""
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -7,6 +8,9 @@ import pytest
 from train import compose_run
 
 ROOT = Path(__file__).resolve().parents[1]
+# benchmarks/ on the path as `python benchmarks/<name>.py` has it: the scripts import each other
+# and benchmarks/measure.py by bare name (no installed module shares those names)
+sys.path.append(str(ROOT / "benchmarks"))
 MQ2008 = ROOT.parent / "shared" / "data" / "MQ2008"
 
 

@@ -3,7 +3,8 @@
 Each oracle takes ONE query's real documents only (padding already dropped), as float64
 tensors or Python lists, and uses naive loops, brute force or exact solvers. They are the
 reference the batched code in losses/ and rankers/ is tested against
-(docs/architecture.md#how-a-loss-is-tested).
+(docs/architecture.md#how-a-loss-is-tested). Beside them, views of the batched code that only
+tests need (the sampler's orders and their deduplication).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import math
 
 import numpy as np
 import torch
+
+from losses.ranking_sampler import first_occurrences, order_hashes, run_sampler
 
 # ---- baseline oracles: RankNet, ListNet ----
 
@@ -379,6 +382,29 @@ def distance_to_probability_simplex(z):
 
 
 # ---- ConvexLoss oracles (docs/objectives/convex.md) ----
+
+
+def sample_orders(scores, tables, **options):
+    """The orders ``[B, S, L]`` of :func:`losses.ranking_sampler.run_sampler` (same keyword
+    options), which the loss itself never materialises.
+
+    Example:
+        >>> from losses.ranking_sampler import query_tables
+        >>> labels = torch.tensor([[1.0, 0.0, 2.0, 0.0]])
+        >>> mask = torch.tensor([[True, True, True, False]])
+        >>> tables = query_tables(labels, mask, delta="ndcg")
+        >>> g = torch.Generator().manual_seed(0)
+        >>> orders = sample_orders(torch.zeros(1, 4), tables, num_samples=6, generator=g)
+        >>> orders.shape, bool((orders[..., 3] == 3).all())  # padding stays last
+        (torch.Size([1, 6, 4]), True)
+    """
+    return run_sampler(scores, tables, keep_orders=True, **options).orders
+
+
+def distinct_orders(order, tables):
+    """``[B, S]`` bool: the first occurrence of each distinct order of a query's real documents
+    (slot order is kept, so slot 0 always survives)."""
+    return first_occurrences(order_hashes(order, tables))
 
 
 def convex_delta_oracle(order, labels, delta, ndcg_k=None):

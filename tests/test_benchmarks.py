@@ -4,23 +4,29 @@ keeps its shape promises. The real benchmark runs are not part of the test suite
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import papers  # benchmarks/ is on the path (tests/conftest.py), as in `python benchmarks/x.py`
+import peers
 import pytest
+import reproduce
+import scale
+import throughput
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks import papers, peers, reproduce, scale, throughput  # noqa: E402
-from datamodules.mslr_synthetic import (  # noqa: E402
+from datamodules.mslr_synthetic import (
     MSLR_WEB30K,
     generate_mslr,
     iterate_batches,
     query_lengths,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_LINE = re.compile(r"^Run: commit ([0-9a-f]+(\+dirty)?|unknown), torch ", re.MULTILINE)
 
 
 class TestMslrSynthetic:
@@ -82,11 +88,18 @@ def test_reproduce_tiny_suite_with_a_peer(tmp_path):
     text = out.read_text()
     assert "| ranknet | ours |" in text and "| peer_ranksvm | peer |" in text
     assert "failed" not in text
+    assert RUN_LINE.search(text.strip().splitlines()[-1])  # provenance, the last line
     rows = json.loads(out.with_suffix(".json").read_text())
     assert set(rows["ranknet"][0]) >= {"map", "mean_ndcg", "seconds", "val_map"}
+    assert rows["meta"]["torch"] == torch.__version__
     assert out.with_suffix(".png").stat().st_size > 0
     predictions = tmp_path / "runs" / "peer_ranksvm" / "fold1" / "predictions" / "test.txt"
     assert predictions.is_file()
+    # an earlier run's JSON: its rows join the table, its "meta" is not a row
+    again = tmp_path / "again.md"
+    reproduce.main(["--include", str(out.with_suffix(".json")), "--out", str(again)])
+    text = again.read_text()
+    assert "| ranknet | ours |" in text and "| meta |" not in text
 
 
 @pytest.mark.parametrize("peer", ["lightgbm", "xgboost"])
@@ -107,6 +120,7 @@ def test_throughput_tiny(tmp_path):
     text = out.read_text()
     assert "| ranknet | 8 |" in text and "| domination | 16 |" in text
     assert "queries / s" in text and out.with_suffix(".png").stat().st_size > 0
+    assert RUN_LINE.search(text.strip().splitlines()[-1])
 
 
 @pytest.mark.slow  # 5 s
@@ -115,6 +129,7 @@ def test_scale_tiny(tmp_path):
     scale.main(["--tiny", "--losses", "listnet", "--out", str(out)])
     text = out.read_text()
     assert "| listnet | full lists |" in text and "failed" not in text
+    assert RUN_LINE.search(text) and "meta" in json.loads(out.with_suffix(".json").read_text())
 
 
 def _ratio_bounds(numerator: str, denominator: str) -> tuple[float, float]:
@@ -128,9 +143,8 @@ def _ratio_bounds(numerator: str, denominator: str) -> tuple[float, float]:
 
 
 def test_cone_throughput_tiny(capsys):
+    import cone_throughput
     from omegaconf import OmegaConf
-
-    from benchmarks import cone_throughput
 
     cone_throughput.main(["--lengths", "6", "--batch", "3", "--repeats", "1", "--no-memory"])
     out = capsys.readouterr().out
@@ -155,3 +169,23 @@ def test_cone_throughput_tiny(capsys):
         f"{config.max_pairs_per_query})" in out
     )
     assert "B=3, F=46, K=10" in out and "median of 1" in out
+
+
+def test_no_script_edits_sys_path():
+    """`python benchmarks/<name>.py` finds its siblings (benchmarks/ is sys.path[0]) and the
+    installed packages; train.py is loaded from its file (reproduce.train_script)."""
+    edit = re.compile(r"sys\.path\.(insert|append|extend)|sys\.path\s*(\+?=|\[)")
+    editing = {p.name for p in (ROOT / "benchmarks").glob("*.py") if edit.search(p.read_text())}
+    assert not editing
+
+
+@pytest.mark.parametrize("script", ["reproduce.py", "convex_curves.py", "scale.py"])
+def test_scripts_run_from_another_directory(script, tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage:")

@@ -96,7 +96,7 @@ def test_hinge_static_path_marks_queries_over_num_levels_nan(monkeypatch):
 
 
 def test_throughput_benchmark_compares_compiled_and_eager(tmp_path):
-    from benchmarks import throughput
+    import throughput  # benchmarks/ is on the path (tests/conftest.py)
 
     out = tmp_path / "compile.md"
     throughput.main(

@@ -10,11 +10,13 @@ import pytest
 import torch
 
 from losses.convex import ConvexLoss, convex_loss
-from losses.ranking_sampler import distinct_orders, query_tables, sample_orders
+from losses.ranking_sampler import query_tables
 from tests.oracles import (
     convex_exact_oracle,
     convex_pair_space_oracle,
     convex_set_lse_oracle,
+    distinct_orders,
+    sample_orders,
 )
 
 DELTAS = ("auc", "map", "ndcg")
@@ -264,11 +266,7 @@ class TestConvexLoss:
 def test_throughput_benchmark_runs_and_its_baseline_matches_the_loss():
     """benchmarks/convex_throughput.py on tiny inputs; its baseline copy of the earlier sampler
     and the shipped one give the same loss given the same sample set."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from benchmarks import convex_throughput
+    import convex_throughput  # benchmarks/ is on the path (tests/conftest.py)
 
     tables = convex_throughput.main(
         ["--batch", "2", "--lengths", "6", "--samples", "20", "--deltas", "auc", "--repeats", "1"]

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from losses.convex import ConvexLoss, convex_loss
-from losses.ranking_sampler import _hash_coefficients, query_tables, sample_orders
+from losses.ranking_sampler import _hash_coefficients, query_tables
+from tests.oracles import sample_orders
 
 STATIC = "losses.ranking_sampler.may_read_values"
 
@@ -117,6 +118,13 @@ def test_static_path_marks_queries_over_num_levels_nan(monkeypatch):
     wide_loss = ConvexLoss(num_samples=30, num_levels=6, reduction="none")
     wide = forward_backward(wide_loss, scores, labels, mask)
     torch.testing.assert_close(wide, eager, rtol=1e-10, atol=1e-10)
+
+
+def test_static_path_counts_the_levels_of_real_documents_only(monkeypatch):
+    """Padding is not a label level: query 0 (two real labels, and padding) fits num_levels=2."""
+    _, labels, mask = batch()
+    monkeypatch.setattr(STATIC, lambda tensor: False)
+    assert query_tables(labels, mask, num_levels=2).overflow.tolist() == [False, True, False]
 
 
 def test_static_path_reads_no_value_on_the_host():

@@ -1,17 +1,13 @@
 """The web-scale data path benchmark's pieces: MSLR-shaped LETOR text round-trips through the
 reader, and the report's criteria (benchmarks/data_path.py)."""
 
-import sys
 from pathlib import Path
 
 import numpy as np
+from data_path import lightgbm_copies, report  # benchmarks/ is on the path (tests/conftest.py)
 
 from datamodules.mslr_synthetic import generate_mslr, letor_text
 from datamodules.reader import read_letor_file
-from tests.conftest import ROOT
-
-sys.path.insert(0, str(ROOT))
-from benchmarks.data_path import lightgbm_copies, report  # noqa: E402
 
 
 def test_mslr_text_reads_back_as_the_rounded_features(tmp_path):

@@ -178,6 +178,20 @@ class TestDominationCD:
         assert full.n_docs == 1000
         assert 0.2 * negatives < kept < 0.4 * negatives
 
+    def test_label_margins_are_the_thesis_offsets(self):
+        """The solver's margins s(i) = k1·label_i + k2 for positives (thesis Alg. 5), checked
+        against the loss given the pairwise margins Δ(i, j) = s(i) − s(j) written out here."""
+        x, labels, mask = random_set(3)
+        solver = DominationCD(5, margin_scale=0.5, margin_offset=0.2)
+        solver.prepare(x, labels, mask)
+        for r in range(5):
+            solver.step(r)
+        real = torch.where(mask, labels, 0.0)
+        s = torch.where(real > 0, 0.5 * real + 0.2, 0.0)
+        pairwise = s.unsqueeze(-1) - s.unsqueeze(-2)
+        expected = domination_loss(x @ solver.w, labels, mask, margins=pairwise)
+        assert solver.objective() == pytest.approx(float(expected), rel=1e-12)
+
     def test_extreme_margins_finite(self):
         x, labels, mask = random_set(9)
         solver = DominationCD(5)

@@ -10,8 +10,7 @@ import math
 import pytest
 import torch
 
-from rankers.metrics import letor_metrics, letor_ranking, metric_keys
-from rankers.module import LetorMetric
+from rankers.metrics import LetorMetric, letor_metrics, letor_ranking, metric_keys
 from tests.oracles import letor_query_metrics_oracle, trec_query_metrics_oracle
 
 NAN = float("nan")
@@ -363,7 +362,7 @@ def test_clear_errors():
 
 
 # ---------------------------------------------------------------------------------------------
-# The torchmetrics wrapper (lives in rankers/module.py, which may import torchmetrics)
+# The torchmetrics wrapper (beside letor_metrics in rankers/metrics.py)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -393,3 +392,9 @@ def test_letor_metric_ignores_empty_rows_and_validates_options():
     assert metric.compute()["map"].item() == 0.5
     with pytest.raises(ValueError, match="convention"):
         LetorMetric(convention="bad")
+
+
+def test_letor_metric_is_still_importable_from_the_lightning_module():
+    from rankers import module
+
+    assert module.LetorMetric is LetorMetric

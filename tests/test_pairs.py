@@ -1,9 +1,16 @@
-"""Preference masks, validity, pair differences and bounded pair sampling."""
+"""Preference masks, validity, label levels, pair differences and bounded pair sampling."""
 
 import pytest
 import torch
 
-from losses.pairs import pair_counts, pair_differences, preference_mask, sample_pairs, valid_queries
+from losses.pairs import (
+    label_levels,
+    pair_counts,
+    pair_differences,
+    preference_mask,
+    sample_pairs,
+    valid_queries,
+)
 from losses.reduction import check_reduction, reduce_queries
 
 NAN = float("nan")
@@ -34,6 +41,35 @@ def test_valid_queries_and_pair_counts():
     assert torch.equal(
         pair_counts(labels, mask).sum(-1), preference_mask(labels, mask).sum((-1, -2))
     )
+
+
+def test_label_levels_rank_the_distinct_real_labels_from_the_lowest():
+    labels = torch.tensor(
+        [
+            [2.5, 0.0, 2.5, 1.0, NAN, 9.0],  # ties; padding, NaN or above every real label
+            [3.0, NAN, NAN, NAN, NAN, NAN],  # a single document
+            [1.0, 1.0, 1.0, 1.0, 1.0, 1.0],  # all labels equal
+            [0.0, 4.0, 4.0, 7.5, 0.0, 2.0],
+            [NAN, NAN, NAN, NAN, NAN, NAN],  # padding only
+        ],
+        dtype=torch.float64,
+    )
+    mask = torch.tensor(
+        [[1, 1, 1, 1, 0, 0], [1, 0, 0, 0, 0, 0], [1] * 6, [1] * 6, [0] * 6], dtype=torch.bool
+    )
+    levels = label_levels(labels, mask)
+    assert levels.dtype == torch.int64
+    assert levels.tolist() == [
+        [2, 0, 2, 1, 0, 0],
+        [0, 0, 0, 0, 0, 0],
+        [0, 0, 0, 0, 0, 0],
+        [0, 2, 2, 3, 0, 1],
+        [0, 0, 0, 0, 0, 0],
+    ]
+    # levels order documents as the labels do: a higher level is exactly a preference pair
+    both = mask.unsqueeze(-1) & mask.unsqueeze(-2)
+    higher = both & (levels.unsqueeze(-1) > levels.unsqueeze(-2))
+    assert torch.equal(higher, preference_mask(labels, mask))
 
 
 def test_pair_differences_for_scores_and_vectors():

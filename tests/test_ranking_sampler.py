@@ -16,15 +16,19 @@ from losses.ranking_sampler import (
     _seed_orders,
     _step,
     _walk_tables,
-    distinct_orders,
     order_constants,
     order_deltas,
     order_hashes,
     query_tables,
     run_sampler,
+)
+from tests.oracles import (
+    convex_delta_oracle,
+    convex_energy_oracle,
+    convex_exact_oracle,
+    distinct_orders,
     sample_orders,
 )
-from tests.oracles import convex_delta_oracle, convex_energy_oracle, convex_exact_oracle
 
 DELTAS = ("auc", "map", "ndcg")
 

@@ -1,11 +1,12 @@
 """``benchmarks/reproduce.py`` chooses its rows: ``--overrides`` gives one row of its own, which
-``--peers`` adds to rather than replaces; ``--sweep`` gives each row once per value."""
+``--peers`` adds to rather than replaces; ``--sweep`` gives each row once per value; every
+experiment it names has its ``conf/experiment`` file."""
 
 from __future__ import annotations
 
+import peers  # benchmarks/ is on the path (tests/conftest.py), as in `python benchmarks/x.py`
 import pytest
-
-from benchmarks import peers, reproduce
+import reproduce
 
 
 class Chosen(Exception):
@@ -63,3 +64,20 @@ def test_overrides_row_is_kept_when_peers_are_added(chosen_rows, argv, expected)
     with pytest.raises(Chosen):
         reproduce.main([*argv, "--folds", "1"])
     assert chosen_rows == expected
+
+
+def test_every_suite_experiment_has_its_file():
+    names = [
+        override.removeprefix("experiment=")
+        for configs in reproduce.SUITES.values()
+        for config in configs
+        for override in config.overrides
+        if override.startswith("experiment=")
+    ]
+    assert names and all((reproduce.EXPERIMENTS / f"{name}.yaml").is_file() for name in names)
+
+
+def test_an_unknown_experiment_is_refused_before_any_run(chosen_rows, capsys):
+    with pytest.raises(SystemExit):
+        reproduce.main(["--experiment", "hinge", "no_such_experiment"])
+    assert chosen_rows == [] and "no_such_experiment" in capsys.readouterr().err

@@ -1,0 +1,77 @@
+"""Every reference to the documentation, in code, configs and the docs themselves, leads to a
+file and heading inside the repository (the design travels with the clone)."""
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+REFERENCE = re.compile(r"docs/([A-Za-z0-9_/.-]+\.md)(?:#([a-z0-9-]+))?")
+EXAMPLE = "docs/objectives/foo.md"  # the template a new objective's page follows
+SOURCES = [
+    path
+    for pattern in ("*.py", "*.yaml", "*.md")
+    for path in ROOT.rglob(pattern)
+    if not {".git", ".whl", "outputs", "multirun"} & set(path.relative_to(ROOT).parts)
+    and "results" not in path.relative_to(ROOT).parts
+]
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces to '-'."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)  # no headings in code blocks
+    return {slug(line.lstrip("#")) for line in text.splitlines() if line.startswith("#")}
+
+
+def references() -> list[tuple[str, str, str]]:
+    found = []
+    for path in SOURCES:
+        for match in REFERENCE.finditer(path.read_text(errors="replace")):
+            if match.group(0) != EXAMPLE:
+                found.append((str(path.relative_to(ROOT)), match.group(1), match.group(2) or ""))
+    return found
+
+
+def test_the_slug_is_githubs():
+    assert slug(" The pairs' closed form") == "the-pairs-closed-form"
+    assert slug("Prediction (Algorithm 2)") == "prediction-algorithm-2"
+
+
+def test_references_are_found():
+    assert len(references()) > 50
+
+
+@pytest.mark.parametrize("source, page, anchor", sorted(set(references())))
+def test_each_docs_reference_leads_to_a_heading(source, page, anchor):
+    target = ROOT / "docs" / page
+    assert target.is_file(), f"{source}: docs/{page} does not exist"
+    if anchor:
+        assert anchor in anchors(target), f"{source}: no heading #{anchor} in docs/{page}"
+
+
+LINK = re.compile(r"\]\(([^)#\s:]+\.md)(?:#([a-z0-9-]+))?\)")  # relative Markdown links
+
+
+def markdown_links() -> list[tuple[str, str, str]]:
+    found = []
+    for path in (p for p in SOURCES if p.suffix == ".md"):
+        for match in LINK.finditer(path.read_text()):
+            target = os.path.relpath((path.parent / match.group(1)).resolve(), ROOT)
+            found.append((str(path.relative_to(ROOT)), target, match.group(2) or ""))
+    return found
+
+
+@pytest.mark.parametrize("source, target, anchor", sorted(set(markdown_links())))
+def test_each_relative_markdown_link_leads_to_a_heading(source, target, anchor):
+    page = ROOT / target
+    assert page.is_file() and not target.startswith(".."), f"{source}: {target} is not in the repo"
+    if anchor:
+        assert anchor in anchors(page), f"{source}: no heading #{anchor} in {page.name}"
