@@ -15,7 +15,7 @@ Public API::
       .train_dataloader() / .val_dataloader() / .test_dataloader() / .predict_dataloader()
       .full_batch(split)       all queries of "train" | "val" | "test" as one padded batch
       .split_files(split)      source files in concatenation order (no parsing)
-      .num_rows(split), .docids(split), .split_data(split) -> LetorSplit
+      .num_rows(split), .split_data(split) -> LetorSplit
       .file_sha256(split)      sha256 of each source file, from the cache (no re-read)
     resolve_fold_files(root, fold) -> {"train": [Path], "val": [Path], "test": [Path]}
     ShardedQueryBatchSampler(lengths, batch_size, rank=, world_size=, shuffle=, ...)
@@ -598,10 +598,6 @@ class LetorDataModule(pl.LightningDataModule):
         """sha256 of the bytes of each source file of ``split`` (as on disk, e.g. gzip), from
         the reader's cache: fingerprints without reading the text again."""
         return [source.meta["sha256"] for source in self.split_data(split).sources]
-
-    def docids(self, split: str) -> list[str]:
-        """Doc id of every row of the split, in source order."""
-        return self.split_data(split).docids.tolist()
 
     def dataset(self, split: str) -> LetorQueryDataset:
         self._load()

@@ -87,7 +87,8 @@ def test_both_layouts_give_the_same_splits(s_files, tmp_path, fold):
         assert a.docids.tolist() == b.docids.tolist()
     # train = concatenation of the S files in the fold's order
     expected = [f"S{(fold + i - 1) % 5 + 1}-doc" for i in range(3)]
-    prefixes = list(dict.fromkeys(d.split("-")[0] + "-doc" for d in by_s.docids("train")))
+    docids = by_s.split_data("train").docids
+    prefixes = list(dict.fromkeys(d.split("-")[0] + "-doc" for d in docids))
     assert prefixes == expected
 
 
@@ -512,7 +513,7 @@ def test_mq2008_fold1_counts(tmp_path):
     counts = {s: (len(dm.split_data(s).query_ids), dm.num_rows(s)) for s in splits}
     assert counts == {"train": (471, 9630), "val": (157, 2707), "test": (156, 2874)}
     assert [p.name for p in dm.split_files("train")] == ["S1.txt.gz", "S2.txt.gz", "S3.txt.gz"]
-    assert dm.docids("train")[0] == "GX008-86-4444840"
+    assert dm.split_data("train").docids[0] == "GX008-86-4444840"
     assert sorted(rows_seen(dm.test_dataloader())) == list(range(2874))
     lengths = dm.full_batch("train")["mask"].sum(1)
     assert int(lengths.max()) <= 121

@@ -64,7 +64,7 @@ def test_files_are_real_letor_text(default_data):
     assert first[48:50] == ["#docid", "="]
     parsed = reader.read_letor_file(files[2], cache_dir=files[2].parents[2] / "other")
     assert parsed.num_rows == dm.num_rows("test")
-    assert dm.docids("test")[0] == parsed.docids[0] == f"SYN-{parsed.qids[0]}-0"
+    assert dm.split_data("test").docids[0] == parsed.docids[0] == f"SYN-{parsed.qids[0]}-0"
     assert (parsed.features >= 0).all() and (parsed.features <= 1).all()
 
 
