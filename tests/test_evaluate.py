@@ -143,12 +143,12 @@ def test_several_feature_files_gz_and_trailing_blank_line(tmp_path, cli):
     assert code == 0 and "| 2 |" in out
 
 
-def test_line_count_mismatch_names_both_counts_and_files(tiny):
+def test_line_count_mismatch_names_both_counts_and_files(tiny, cli):
     tiny[1].write_text("0.5\n0.9\n")
-    result = run_cli(*tiny)
-    assert result.returncode == 2
+    code, _, err = cli(*tiny)
+    assert code == 2
     for part in ("6 rows", "2 scores", str(tiny[0]), str(tiny[1])):
-        assert part in result.stderr
+        assert part in err
     with pytest.raises(ValueError, match="line count mismatch"):
         evaluate_files([tiny[0]], tiny[1])
 
