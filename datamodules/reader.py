@@ -562,7 +562,9 @@ class _FeatureAppender:
 
     def finish(self) -> np.ndarray:
         if self.handle is None:
-            return np.concatenate(self.blocks) if self.blocks else np.zeros((0, self.width), np.float32)
+            if not self.blocks:
+                return np.zeros((0, self.width), np.float32)
+            return np.concatenate(self.blocks)
         header = repr({"descr": "<f4", "fortran_order": False, "shape": (self.rows, self.width)})
         body = header.ljust(self.HEADER_BYTES - 11) + "\n"  # magic 6, version 2, length 2
         self.handle.seek(0)
