@@ -271,14 +271,16 @@ def read_letor_file(path, *, cache_dir=None, verify_hash: bool = False) -> Letor
 def _chunks(path: Path, hasher=None) -> Iterator[np.ndarray]:
     """The decompressed bytes of ``path`` in pieces of whole lines (uint8 arrays). Each piece
     is read straight into its own buffer (after the previous piece's unfinished line), so the
-    text is copied once, and a piece stays valid while a thread scans it."""
+    text is copied once, and a piece stays valid while a thread scans it. The buffers are
+    anonymous maps: unlike a ``bytearray`` they are not zero-filled up front, so a small file
+    does not pay for writing 32 MiB."""
     with open(path, "rb") as handle:
         gzipped = handle.read(2) == _GZIP_MAGIC
         handle.seek(0)
         source = _Pieces(_gunzip(handle, path, hasher)) if gzipped else _Hashed(handle, hasher)
         carry = b""
         while True:
-            buffer = bytearray(len(carry) + _CHUNK)
+            buffer = mmap.mmap(-1, len(carry) + _CHUNK)
             buffer[: len(carry)] = carry
             size = len(carry) + source.readinto(memoryview(buffer)[len(carry) :])
             if size == len(carry):  # end of the text
