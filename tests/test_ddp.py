@@ -108,6 +108,7 @@ def ddp_run(tmp_path_factory):
     return run_dir
 
 
+@pytest.mark.slow  # two gloo processes training for real
 def test_ddp_evaluation_equals_single_process_exactly(ddp_run, tmp_path):
     best = ddp_run / "checkpoints" / "best.ckpt"
     train(compose_run([*TINY, "task=test", f"ckpt_path={best}"], tmp_path), tmp_path)
@@ -115,6 +116,7 @@ def test_ddp_evaluation_equals_single_process_exactly(ddp_run, tmp_path):
         assert (ddp_run / name).read_bytes() == (tmp_path / name).read_bytes(), name
 
 
+@pytest.mark.slow  # two gloo processes training for real
 def test_ddp_training_lands_near_single_process(ddp_run, single_process_run):
     single_dir, _ = single_process_run
     ddp = json.loads((ddp_run / "test_metrics.json").read_text())

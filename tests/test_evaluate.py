@@ -61,17 +61,6 @@ def tiny(tmp_path):
     return features, predictions
 
 
-def run_cli(*args):
-    """The real command line, in a subprocess (slow: imports torch)."""
-    return subprocess.run(
-        [sys.executable, "-m", "rankers.evaluate", *map(str, args)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 @pytest.fixture
 def cli(capsys):
     """``main(argv)`` in-process -> (exit code, stdout, stderr); argparse errors exit 2."""
@@ -101,11 +90,11 @@ def test_non_contiguous_qid_blocks_join_one_query_in_first_appearance_order(tiny
     assert values["p@5"].tolist() == pytest.approx([3 / 5, 0.0], abs=1e-15)
 
 
-def test_cli_prints_table_and_writes_json(tiny, tmp_path):
+def test_cli_prints_table_and_writes_json(tiny, tmp_path, cli):
     out = tmp_path / "metrics.json"
-    result = run_cli(*tiny, "--ks", "1", "3", "5", "--json", out)
-    assert result.returncode == 0, result.stderr
-    header, _, row = result.stdout.strip().splitlines()
+    code, stdout, stderr = cli(*tiny, "--ks", "1", "3", "5", "--json", out)
+    assert code == 0, stderr
+    header, _, row = stdout.strip().splitlines()
     columns = [c.strip() for c in header.strip("|").split("|")]
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert columns == ["queries", "MAP", "MeanNDCG", "NDCG@1", "NDCG@3", "NDCG@5", "P@1", "P@3",
@@ -114,6 +103,20 @@ def test_cli_prints_table_and_writes_json(tiny, tmp_path):
     assert cells[1:] == [f"{value:.4f}" for value in EXPECTED.values()]
     written = json.loads(out.read_text())
     assert written == evaluate_files([tiny[0]], tiny[1], ks=(1, 3, 5))  # the same floats
+
+
+@pytest.mark.slow
+def test_python_dash_m_runs_the_same_command_line(tiny, cli):
+    """The module entry point, in a subprocess (slow: imports torch); the rest run ``main``."""
+    result = subprocess.run(
+        [sys.executable, "-m", "rankers.evaluate", *map(str, tiny)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == cli(*tiny)[1]
 
 
 def test_cli_conventions(tiny, tmp_path, cli):

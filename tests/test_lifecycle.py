@@ -40,6 +40,24 @@ class KillAt(pl.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+class CrashAt(KillAt):
+    """Raise instead: the in-process stand-in for SIGKILL (no checkpoint is saved on an
+    exception, so the folder is left as a killed job leaves it)."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.current_epoch == self.epoch and batch_idx == self.batch:
+            raise RuntimeError("crash")
+
+
+class EpochsTrained(pl.Callback):
+    """Records the epochs that train (a class list: Hydra builds the instance inside ``train``)."""
+
+    epochs: list[int] = []
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        EpochsTrained.epochs.append(trainer.current_epoch)
+
+
 def run(overrides, run_dir) -> dict:
     """One in-process run of ``train.py``; its test metrics."""
     train(compose_run(overrides, run_dir), run_dir)
@@ -52,6 +70,7 @@ def uninterrupted(tmp_path_factory):
     return run_dir, run(TINY, run_dir)
 
 
+@pytest.mark.slow  # two training subprocesses, one killed mid-run
 def test_resume_after_sigkill_ends_like_the_uninterrupted_run(uninterrupted, tmp_path):
     run_dir, expected = uninterrupted
     killed = tmp_path / "killed"
@@ -73,6 +92,23 @@ def test_resume_after_sigkill_ends_like_the_uninterrupted_run(uninterrupted, tmp
     assert resumed == expected
     predictions = "predictions/test.txt"
     assert (killed / predictions).read_bytes() == (run_dir / predictions).read_bytes()
+
+
+def test_resume_after_a_crash_ends_like_the_uninterrupted_run(uninterrupted, tmp_path):
+    run_dir, expected = uninterrupted
+    crash = ["+callbacks.crash._target_=tests.test_lifecycle.CrashAt", "+callbacks.crash.epoch=2"]
+    with pytest.raises(RuntimeError, match="crash"):
+        run([*TINY, *crash], tmp_path)
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    assert not (tmp_path / "test_metrics.json").exists()
+    assert torch.load(last, weights_only=True)["epoch"] == 1  # epochs 0 and 1 were saved
+
+    EpochsTrained.epochs.clear()
+    record = "+callbacks.epochs._target_=tests.test_lifecycle.EpochsTrained"
+    assert run([*TINY, f"ckpt_path={last}", record], tmp_path) == expected
+    assert EpochsTrained.epochs == [2, 3]  # resumed, not retrained from the same seed
+    predictions = "predictions/test.txt"
+    assert (tmp_path / predictions).read_bytes() == (run_dir / predictions).read_bytes()
 
 
 def test_same_seed_same_metrics_and_scores(uninterrupted, tmp_path):

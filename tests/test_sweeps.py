@@ -36,6 +36,7 @@ def multirun(sweep_dir, *overrides):
         return list(csv.DictReader(handle)), result.stdout
 
 
+@pytest.mark.slow  # a real Hydra multirun: four training subprocesses
 def test_multirun_grid_writes_one_folder_per_job_and_a_summary(tmp_path):
     rows, stdout = multirun(tmp_path, "loss=ranknet,listnet", "seed=0,1")
     assert [row["overrides"] for row in rows] == [
