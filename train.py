@@ -12,8 +12,8 @@ Lightning's CSV and TensorBoard logs, ``train.log`` (the console lines), ``predi
 (one ``%.17g`` score per line of the test file(s), scorable by ``Eval-Score-4.0.pl``),
 ``predictions/test.sources`` (those files, in order), ``predictions/test.run`` (a TREC run) and
 ``test_metrics.json`` (the test rows scored in memory by LETOR 4.0's rules: what
-``python -m rankers.evaluate`` gives for ``test.txt``). Under DDP only global rank 0 writes.
-``ckpt_path=last`` resumes from the run folder's last checkpoint when there is one.
+``python -m differank.rankers.metrics.evaluate`` gives for ``test.txt``). Under DDP only global rank
+0 writes. ``ckpt_path=last`` resumes from the run folder's last checkpoint when there is one.
 Returns the best monitored validation value (``task=fit``, for sweepers), else NaN.
 """
 
@@ -40,9 +40,14 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from rich.console import Console
 from rich.table import Table
 
-from datamodules.download import data_home
-from rankers.evaluate import evaluate_arrays
-from rankers.export import export_onnx, export_torchscript, serving_scorer, write_trec_run
+from differank.datamodules.download import data_home
+from differank.rankers.metrics.evaluate import evaluate_arrays
+from differank.rankers.run.export import (
+    export_onnx,
+    export_torchscript,
+    serving_scorer,
+    write_trec_run,
+)
 
 CONFIG_DIR = Path(__file__).resolve().parent / "conf"
 TASKS = ("fit", "test", "predict", "export")
@@ -182,7 +187,7 @@ def check_data_root(data: DictConfig) -> None:
     raise FileNotFoundError(
         f"data.root {where} does not exist ({source}). Set LETOR_DIR to the folder that holds "
         f"{where.name}/, pass data.root=/path/to/{where.name}, or download it: "
-        f"python -m datamodules.download {where.name} [--dir DIR]"
+        f"python -m differank.datamodules.download {where.name} [--dir DIR]"
     )
 
 

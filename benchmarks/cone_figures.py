@@ -32,8 +32,8 @@ import measure  # noqa: E402
 import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-from datamodules.letor import LetorDataModule  # noqa: E402
-from losses.pairs import preference_mask  # noqa: E402
+from differank.datamodules.letor import LetorDataModule  # noqa: E402
+from differank.losses.algorithms.pairs import preference_mask  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

@@ -8,7 +8,7 @@ basis), one training step (loss and its backward to U and the features) of:
 * ``fista``: every pair, ``solver="fista"`` (tol 1e-7, at most 500 iterations: the previous
   default);
 * ``active set``: every pair, ``solver="active_set"`` (the default solver);
-* ``default``: :class:`losses.cone.ConeLoss` exactly as ``conf/loss/cone.yaml`` builds it;
+* ``default``: :class:`differank.losses.cone.ConeLoss` exactly as ``conf/loss/cone.yaml`` builds it;
 * ``domination``: the domination loss (``conf/loss/domination.yaml``) of a linear scorer's
   scores on the same batch (the scorer's product and its backward included).
 
@@ -33,9 +33,9 @@ import measure
 import torch
 from omegaconf import OmegaConf
 
-from losses.cone import ConeLoss, cone_loss
-from losses.domination import DominationLoss
-from rankers.conerank import ConeRank
+from differank.losses.cone import ConeLoss, cone_loss
+from differank.losses.domination import DominationLoss
+from differank.rankers.scorers.conerank import ConeRank
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "loss"
 

@@ -10,8 +10,9 @@ in position order (documents, scores, labels and coefficients per position, O(L)
 per step over a dozen [B, C, L] tensors), built three restart candidates per chain with an
 argsort each and recomputed their Δ and coefficients with per-level prefix counts, stored int64
 orders and float coefficients per step and scattered them to slot order at the end; the loss
-took c(y)·s as a batched matrix-vector product. "new" is ``losses.ranking_sampler.run_sampler``
-and ``losses.convex.convex_loss`` as shipped: the same chains, proposals, acceptance rule,
+took c(y)·s as a batched matrix-vector product. "new" is
+``differank.losses.algorithms.permutation_sampler.run_sampler`` and
+``differank.losses.convex.convex_loss`` as shipped: the same chains, proposals, acceptance rule,
 restart distribution and deduplication (see their docstrings for how the work is cut).
 
 Prints markdown tables of median seconds per batch (process CPU time on CPU with ``--threads``
@@ -36,10 +37,8 @@ from pathlib import Path
 import measure
 import torch
 
-from losses.convex import convex_loss, set_log_sum_exp
-from losses.inputs import check_list_inputs
-from losses.pairs import sample_pairs, valid_queries
-from losses.ranking_sampler import (
+from differank.losses.algorithms.pairs import sample_pairs, valid_queries
+from differank.losses.algorithms.permutation_sampler import (
     ACCEPTS,
     TARGETS,
     QueryTables,
@@ -55,12 +54,14 @@ from losses.ranking_sampler import (
     query_tables,
     run_sampler,
 )
-from losses.reduction import reduce_queries
+from differank.losses.convex import convex_loss, set_log_sum_exp
+from differank.losses.inputs import check_list_inputs
+from differank.losses.reduction import reduce_queries
 
 # ---------------------------------------------------------------------------------------------
-# Baseline: losses/ranking_sampler.py's run_sampler (with _seed_orders, _swap, _restart, _repeat,
-# _swapped_delta) and losses/convex.py's set_log_sum_exp as they were before the rewrite,
-# copied unchanged but for the names. Used only for timing here; not part of the library.
+# Baseline: losses/algorithms/permutation_sampler.py's run_sampler (with _seed_orders, _swap,
+# _restart, _repeat, _swapped_delta) and losses/convex.py's set_log_sum_exp as they were before the
+# rewrite, copied unchanged but for the names. Used only for timing here; not part of the library.
 # ---------------------------------------------------------------------------------------------
 
 
@@ -392,8 +393,8 @@ def batch_table(args, device: torch.device) -> str:
 
 def epoch_table(args, device: torch.device) -> str:
     """Seconds for one training epoch (sampling + loss + backward + Adam) on MQ2008, old and new."""
-    from datamodules.download import data_home
-    from datamodules.letor import LetorDataModule
+    from differank.datamodules.download import data_home
+    from differank.datamodules.letor import LetorDataModule
 
     data = LetorDataModule(data_home() / "MQ2008", fold=args.epoch_fold)
     data.setup()

@@ -5,7 +5,7 @@ beside XGBoost's and LightGBM's loaders on the same files.
     python benchmarks/data_path.py --tiny             # smoke run (seconds)
 
 1. Writes ``Fold1/{train,vali,test}.txt`` (60/20/20 % of the queries) of
-   :func:`datamodules.mslr_synthetic.generate_mslr` at ``--fraction`` of MSLR-WEB30K's
+   :func:`differank.datamodules.mslr_synthetic.generate_mslr` at ``--fraction`` of MSLR-WEB30K's
    3,771,125 documents as LETOR text (136 features per line, like the real files).
 2. Times loading the three files with ``xgboost.DMatrix(path + "?format=libsvm")`` and
    ``lightgbm.Dataset(path).construct()`` (each in its own process, all cores). LightGBM's
@@ -51,7 +51,7 @@ QID = re.compile(rb" qid:(\S+)")
 
 def write_set(root: Path, fraction: float, seed: int) -> dict:
     """The three split files (skipped when ``root/done.json`` says they exist)."""
-    from datamodules.mslr_synthetic import MSLR_WEB30K, generate_mslr, letor_text
+    from differank.datamodules.mslr_synthetic import MSLR_WEB30K, generate_mslr, letor_text
 
     marker = root / "done.json"
     if marker.is_file() and json.loads(marker.read_text())["fraction"] == fraction:
@@ -69,7 +69,7 @@ def write_set(root: Path, fraction: float, seed: int) -> dict:
             for q0 in range(first, last, 512):
                 q1 = min(q0 + 512, last)
                 rows = slice(int(data.offsets[q0]), int(data.offsets[q1]))
-                from datamodules.mslr_synthetic import RankingArrays
+                from differank.datamodules.mslr_synthetic import RankingArrays
 
                 part = RankingArrays(
                     data.features[rows],
@@ -137,7 +137,7 @@ def train_worker(overrides: list[str], run_dir: Path) -> dict:
     import pytorch_lightning as pl
     from reproduce import train_script
 
-    import datamodules.letor as letor
+    import differank.datamodules.letor as letor
 
     script = train_script()["train"].__globals__  # the namespace train() looks names up in
     phases: dict[str, float] = {}

@@ -22,7 +22,7 @@ import time
 import measure
 import torch
 
-from losses.domination import domination_loss
+from differank.losses.domination import domination_loss
 
 
 def closed_form(scores, labels, mask):

@@ -3,9 +3,9 @@
 
 Times one batch of exact inference three ways in the same run and prints a markdown table:
 the batched label-level DP (``solver="dp"``), the per-query torch Hungarian of
-``losses.ndcg_assignment`` (``solver="assignment"``), and scipy's ``linear_sum_assignment`` per
-query (the report's choice; host copy and benefit matrices included). On CPU the times are
-process CPU time with one thread. Labels follow MQ2008's
+``differank.losses.algorithms.ndcg_assignment`` (``solver="assignment"``), and scipy's
+``linear_sum_assignment`` per query (the report's choice; host copy and benefit matrices included).
+On CPU the times are process CPU time with one thread. Labels follow MQ2008's
 proportions (0: 74 %, 1: 19 %, 2: 7 %); lists are full (every query has L documents).
 
     python benchmarks/hinge_throughput.py [--device cuda] [--repeats 5]
@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from losses.ndcg_assignment import (
+from differank.losses.algorithms.ndcg_assignment import (
     assignment_positions,
     gains_and_ideal_dcg,
     label_level_dp,

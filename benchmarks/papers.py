@@ -6,7 +6,7 @@ Convention: the papers report test-set means over the five LETOR folds, computed
 evaluation tools (``Eval-Score-4.0.pl`` for LETOR 4.0; the LETOR 3.0 tool for OHSUMED and the
 .gov sets); "NDCG" in ConeRank's Table 1 is the script's MeanNDCG (mean over positions of NDCG@n
 per query). differank's rows use the same script's rules (docs/metrics.md#the-letor-script-rules,
-``rankers/evaluate.py``) on
+``rankers/metrics/evaluate.py``) on
 the same fold split, so MQ2008 rows are comparable; model selection details differ per paper.
 The numbers are the published strings, copied verbatim from the texts in ``shared/papers/``;
 nothing here is re-measured.

@@ -15,10 +15,10 @@ Peers (the ``bench`` extra: ``lightgbm``, ``xgboost-cpu``, ``scikit-learn``):
   (at most ``MAX_PAIRS_PER_QUERY`` sampled per query, signs flipped at random for balance);
   ``C`` chosen on validation MAP. It is sklearn's solver, not a differank loss.
 
-Every peer reads the fold through the same :class:`~datamodules.letor.LetorDataModule` as
+Every peer reads the fold through the same :class:`~differank.datamodules.letor.LetorDataModule` as
 ``train.py`` (z-scored features), writes ``predictions/test.txt`` aligned line by line with the
-test file(s) and ``test_metrics.json`` from :func:`rankers.evaluate.evaluate_files`
-(docs/metrics.md#the-letor-script-rules),
+test file(s) and ``test_metrics.json`` from
+:func:`differank.rankers.metrics.evaluate.evaluate_files` (docs/metrics.md#the-letor-script-rules),
 so a peer row is measured exactly as a differank row. Validation MAP (same evaluator) is the
 only selection signal; the test split is touched once, by the selected model.
 """
@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rankers.evaluate import evaluate_files
-from rankers.metrics import letor_metrics
+from differank.rankers.metrics.evaluate import evaluate_files
+from differank.rankers.metrics.letor import letor_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,7 +66,7 @@ def score_file(datamodule, split: str, scores: np.ndarray, path: Path) -> dict[s
 
 class GroupedMap:
     """Mean LETOR MAP (docs/metrics.md#the-letor-script-rules,
-    :func:`rankers.metrics.letor_metrics`) of scores given in
+    :func:`differank.rankers.metrics.letor.letor_metrics`) of scores given in
     :func:`grouped` order: the early-stopping metric of the tree peers."""
 
     def __init__(self, labels: np.ndarray, sizes: np.ndarray):
@@ -261,7 +261,7 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="one small setting, few rounds")
     args = parser.parse_args()
 
-    from datamodules.letor import LetorDataModule
+    from differank.datamodules.letor import LetorDataModule
 
     for peer in args.peers:
         if not available(peer):

@@ -3,19 +3,19 @@
     OMP_NUM_THREADS=1 python benchmarks/scale.py --out benchmarks/results/scale.md
     python benchmarks/scale.py --tiny                 # smoke run (small set, seconds)
 
-The set is :func:`datamodules.mslr_synthetic.generate_mslr` at full size (31,531 queries,
+The set is :func:`differank.datamodules.mslr_synthetic.generate_mslr` at full size (31,531 queries,
 3,771,125 documents, 136 float32 features = 2.05 GB, labels 0-4, lists up to 1,251), generated
 in memory, so this measures the losses, not the data path (text parsing, cache, normalisation:
 ``benchmarks/data_path.py`` runs ``train.py`` on the same shape written as LETOR text). Each
 loss runs in its own process (so its peak RSS is its own, data included): generate, then one
 epoch of Adam steps on batches of 64 queries (the ranker and loss as in
 ``benchmarks/throughput.py``), with the pair budget in ``BUDGETS``: a ``max_list`` cap
-(training subsample keeping relevant documents, ``datamodules.sampling.subsample_query``) for
-losses whose memory grows as B·L², full lists for the O(L) / O(L log L) ones, sampled pairs or
-orders where the loss has them. Epoch time is the worker's CPU time (one thread,
-``time.process_time``: what an idle core takes, even on a shared machine; wall time is in the
-JSON). An epoch that passes ``--time-limit`` CPU seconds is stopped and its time extrapolated
-from the queries done (marked in the table).
+(training subsample keeping relevant documents,
+``differank.datamodules.query_batches.subsample_query``) for losses whose memory grows as B·L², full
+lists for the O(L) / O(L log L) ones, sampled pairs or orders where the loss has them. Epoch time is
+the worker's CPU time (one thread, ``time.process_time``: what an idle core takes, even on a shared
+machine; wall time is in the JSON). An epoch that passes ``--time-limit`` CPU seconds is stopped and
+its time extrapolated from the queries done (marked in the table).
 
 The physical bound beside each epoch is the feature bytes the epoch must move (documents
 served × 136 × 4 B) divided by the measured memory copy bandwidth (``numpy.copyto`` of 256 MiB,
@@ -65,7 +65,7 @@ def worker(name: str, shape: dict, batch_size: int, time_limit: float, seed: int
     import torch
     from throughput import load_variants, make_ranker
 
-    from datamodules.mslr_synthetic import generate_mslr, iterate_batches
+    from differank.datamodules.mslr_synthetic import generate_mslr, iterate_batches
 
     torch.set_num_threads(1)
     torch.manual_seed(seed)
@@ -76,7 +76,7 @@ def worker(name: str, shape: dict, batch_size: int, time_limit: float, seed: int
     data = generate_mslr(**shape, seed=seed)
     generate_seconds = time.perf_counter() - start
     if name in TRANSFORMER_ROWS:  # model=transformer's defaults: attention over the whole list
-        from rankers.transformer import TransformerRanker
+        from differank.rankers.scorers.transformer import TransformerRanker
 
         ranker = TransformerRanker(data.features.shape[1])
     else:

@@ -51,7 +51,7 @@ import measure
 import torch
 from domination_throughput import dense
 
-from datamodules.mslr_synthetic import LABEL_SHARES
+from differank.datamodules.mslr_synthetic import LABEL_SHARES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,26 +73,26 @@ class Variant:
 
 
 VARIANTS = [
-    Variant("ranknet", "losses.ranknet", "RankNetLoss", dense=True, complexity="O(L²)"),
-    Variant("listnet", "losses.listnet", "ListNetLoss", complexity="O(L)"),
-    Variant("domination", "losses.domination", "DominationLoss", complexity="O(L log L)"),
+    Variant("ranknet", "differank.losses.ranknet", "RankNetLoss", dense=True, complexity="O(L²)"),
+    Variant("listnet", "differank.losses.listnet", "ListNetLoss", complexity="O(L)"),
+    Variant("domination", "differank.losses.domination", "DominationLoss", complexity="O(L log L)"),
     Variant(
         "hinge (NDCG@10, dp)",
-        "losses.hinge",
+        "differank.losses.hinge",
         "StructuredHingeLoss",
         {"k": 10},
         complexity="O(L log L + DP)",
     ),
     Variant(
         "convex (ndcg, 1000 samples)",
-        "losses.convex",
+        "differank.losses.convex",
         "ConvexLoss",
         {"seed": 0},
         complexity="O(S·L)",
     ),
     Variant(
         "convex (auc, pair space)",
-        "losses.convex",
+        "differank.losses.convex",
         "ConvexLoss",
         {"delta": "auc", "space": "pairs"},
         dense=True,
@@ -100,7 +100,7 @@ VARIANTS = [
     ),
     Variant(
         "cone (all pairs, fista: previous default)",
-        "losses.cone",
+        "differank.losses.cone",
         "ConeLoss",
         {"solver": "fista"},
         ranker="conerank",
@@ -110,7 +110,7 @@ VARIANTS = [
     ),
     Variant(
         "cone (all pairs, active set)",
-        "losses.cone",
+        "differank.losses.cone",
         "ConeLoss",
         ranker="conerank",
         dense=True,
@@ -118,7 +118,7 @@ VARIANTS = [
     ),
     Variant(
         "cone (64 pairs/query: conf default)",
-        "losses.cone",
+        "differank.losses.cone",
         "ConeLoss",
         {"max_pairs_per_query": 64},
         ranker="conerank",
@@ -126,7 +126,7 @@ VARIANTS = [
     ),
     Variant(
         "cone (256 pairs/query)",
-        "losses.cone",
+        "differank.losses.cone",
         "ConeLoss",
         {"max_pairs_per_query": 256},
         ranker="conerank",
@@ -150,10 +150,10 @@ def load_variants(names: list[str] | None) -> list[tuple[Variant, type]]:
 
 def make_ranker(variant: Variant, n_features: int) -> torch.nn.Module:
     if variant.ranker == "conerank":
-        from rankers.conerank import ConeRank
+        from differank.rankers.scorers.conerank import ConeRank
 
         return ConeRank(n_features=n_features, n_basis=10, seed=0)
-    from rankers.linear import LinearRanker
+    from differank.rankers.scorers.linear import LinearRanker
 
     ranker = LinearRanker(n_features)
     torch.nn.init.normal_(ranker.linear.weight, std=n_features**-0.5, generator=None)
@@ -273,7 +273,7 @@ def time_lengths(variant, cls, lengths, device, args) -> list[dict]:
             row = {"loss": variant.name, "L": length, "seconds": seconds, "peak": peak}
             if length <= args.naive_max and first < args.max_seconds / 4:
                 row["loop"] = best_seconds(loop_fn(loss, ranker, features, labels, mask), device, 1)
-                if variant.module == "losses.domination":
+                if variant.module == "differank.losses.domination":
                     naive = dense_domination_fn(ranker, features, labels, mask)
                     row["dense"] = best_seconds(naive, device, 1)
         except (RuntimeError, MemoryError) as error:  # e.g. CUDA out of memory: stop growing L
@@ -377,8 +377,8 @@ def throughput_table(rows: list[dict], device: str) -> str:
 
 def epoch_rows(variants, device: torch.device, tiny: bool) -> list[dict]:
     """Queries per second of one full training epoch (Adam, batch 32)."""
-    from datamodules.letor import LetorDataModule
-    from datamodules.synthetic import SyntheticLetorDataModule
+    from differank.datamodules.letor import LetorDataModule
+    from differank.datamodules.synthetic import SyntheticLetorDataModule
 
     if MQ2008.is_dir() and not tiny:
         datamodule, source = LetorDataModule(MQ2008, fold=1, batch_size=32), "MQ2008 fold 1"

@@ -1,0 +1,2 @@
+"""Reading, caching, normalising, grouping and batching LETOR data (never imports losses or
+rankers)."""

@@ -1,7 +1,7 @@
 """Download a public LETOR-format dataset and lay it out the way the LETOR DataModule reads it.
 
-    python -m datamodules.download NAME [--dir DIR] [--archive FILE]
-    python -m datamodules.download --list
+    python -m differank.datamodules.download NAME [--dir DIR] [--archive FILE]
+    python -m differank.datamodules.download --list
 
 ``NAME`` (case-insensitive) is one of :data:`REGISTRY`. The archive is fetched from the
 publisher's URL into ``DIR/.downloads/`` with a progress bar; an interrupted download resumes
@@ -319,7 +319,7 @@ def download(dataset: Dataset, directory: Path, archive: Path | None = None) -> 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m datamodules.download",
+        prog="python -m differank.datamodules.download",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

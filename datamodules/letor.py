@@ -31,8 +31,8 @@ order; queries are ordered by first appearance. Batches follow ``datamodules/col
 Every check runs when the data is first loaded (``setup``, or ``n_features`` which ``train.py``
 reads before building the model), so bad data fails before the first training step, with
 ``file:line`` or file and feature in the message. The text rules are
-:mod:`datamodules.reader`'s. F is the largest feature index written in the training files; a
-feature written in a validation or test file but in no training file (its weight would never be
+:mod:`differank.datamodules.reader`'s. F is the largest feature index written in the training files;
+a feature written in a validation or test file but in no training file (its weight would never be
 trained) is an error, or with ``unseen_features="drop"`` it is dropped (set to 0) and the count
 logged. A training split without any preference pair (no query with two distinct labels) logs
 a warning; ``trainer.max_epochs=0`` is refused at ``setup("fit")``.
@@ -46,12 +46,12 @@ Options: ``normalization`` "none" | "zscore" (train mean/std; std 0 -> centred o
 float64, applied in row blocks. ``transform`` "none" | "log1p" (sign(x)·log1p(|x|)) |
 "gaussrank" (Φ⁻¹ of the training split's per-feature empirical CDF) is applied to the raw
 features before the normalization, fitted on the training split only
-(:mod:`datamodules.transforms`). ``max_list`` caps training lists by
-:func:`datamodules.sampling.subsample_query` each time a query is drawn; validation, test and
-``full_batch`` never cap. ``drop_train_queries_without_pairs`` drops (and logs) training queries
-whose documents share one label. ``nan_policy``, ``null_value`` and ``label_range`` are the
-reader's value rules (:mod:`datamodules.reader`); ``verify_cache_hash`` re-hashes every file
-instead of trusting size and mtime.
+(:mod:`differank.datamodules.transforms`). ``max_list`` caps training lists by
+:func:`differank.datamodules.query_batches.subsample_query` each time a query is drawn; validation,
+test and ``full_batch`` never cap. ``drop_train_queries_without_pairs`` drops (and logs) training
+queries whose documents share one label. ``nan_policy``, ``null_value`` and ``label_range`` are the
+reader's value rules (:mod:`differank.datamodules.reader`); ``verify_cache_hash`` re-hashes every
+file instead of trusting size and mtime.
 Under DDP (``trainer=ddp``, which sets ``use_distributed_sampler=False``) the loaders shard
 queries across processes themselves; evaluation scores every query exactly once.
 """
@@ -72,16 +72,16 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from datamodules import cache, transforms
-from datamodules.collate import collate_queries
-from datamodules.reader import (
+from differank.datamodules import cache, transforms
+from differank.datamodules.collate import collate_queries
+from differank.datamodules.query_batches import QueryBatchSampler, subsample_query
+from differank.datamodules.reader import (
     LetorFile,
     check_read_options,
     default_cache_dir,
     group_queries,
     read_letor_file,
 )
-from datamodules.sampling import QueryBatchSampler, subsample_query
 
 log = logging.getLogger(__name__)
 
@@ -647,8 +647,9 @@ class LetorDataModule(pl.LightningDataModule):
 
 
 class ShardedQueryBatchSampler(Sampler):
-    """The loaders' batches: :class:`~datamodules.sampling.QueryBatchSampler` over the share of
-    the queries that process ``rank`` of ``world_size`` serves (all of them in one process).
+    """The loaders' batches: :class:`~differank.datamodules.query_batches.QueryBatchSampler` over
+    the share of the queries that process ``rank`` of ``world_size`` serves (all of them in one
+    process).
 
     Under DDP (``use_distributed_sampler=False``) queries are dealt round-robin:
 
@@ -718,8 +719,8 @@ class ShardedQueryBatchSampler(Sampler):
 
 
 def _group_queries(qids: np.ndarray, split: str) -> tuple[np.ndarray, list[np.ndarray]]:
-    """The reader's grouping rule (:func:`datamodules.reader.group_queries`) as query ids and
-    one row array per query; logs qids that occur in several blocks."""
+    """The reader's grouping rule (:func:`differank.datamodules.reader.group_queries`) as query ids
+    and one row array per query; logs qids that occur in several blocks."""
     query_ids, rows, lengths = group_queries(qids)
     block_qids = qids[np.flatnonzero(np.r_[True, qids[1:] != qids[:-1]])]
     split_qids = int(np.count_nonzero(np.unique(block_qids, return_counts=True)[1] > 1))

@@ -1,7 +1,7 @@
 """The LETOR text scanner: one compiled pass over the bytes that applies every line rule.
 
-This module is the implementation of the format rules that :mod:`datamodules.reader` documents
-(its docstring is the one statement of the policy); nothing else parses LETOR text.
+This module is the implementation of the format rules that :mod:`differank.datamodules.reader`
+documents (its docstring is the one statement of the policy); nothing else parses LETOR text.
 
 :func:`scan` walks a buffer of whole lines once. With ``fill=False`` it only checks the lines and
 counts rows, NULL tokens and the largest feature index; with ``fill=True`` it also writes the
@@ -20,7 +20,7 @@ MAX_LABEL = 31
 MAX_QID_DIGITS = 18  # < 2**63: every qid fits int64
 MAX_FEATURE_INDEX = 2**31 - 1
 
-# Error codes returned by scan (messages in datamodules.reader).
+# Error codes returned by scan (messages in differank.datamodules.reader).
 OK = 0
 BAD_LABEL = 1
 LABEL_TOO_LARGE = 2

@@ -18,8 +18,9 @@ thresholded into labels; its 136 features mix the factors plus noise. The set is
 chunks of queries, each from its own seed ``(seed, chunk)``, straight into float32 arrays (2.05
 GB of features at full size); :func:`letor_text` writes it as LETOR text when a benchmark needs
 the user's file path. Batches follow the README's batch
-convention via :func:`datamodules.collate.collate_queries`; training-style ``max_list`` caps use
-:func:`datamodules.sampling.subsample_query` like ``LetorDataModule``.
+convention via :func:`differank.datamodules.collate.collate_queries`; training-style ``max_list``
+caps use
+:func:`differank.datamodules.query_batches.subsample_query` like ``LetorDataModule``.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from statistics import NormalDist
 import numpy as np
 import torch
 
-from datamodules.collate import collate_queries
-from datamodules.sampling import QueryBatchSampler, subsample_query
+from differank.datamodules.collate import collate_queries
+from differank.datamodules.query_batches import QueryBatchSampler, subsample_query
 
 MSLR_WEB30K = {
     "n_queries": 31531,
@@ -158,8 +159,8 @@ def iterate_batches(
 ) -> Iterator[dict[str, torch.Tensor]]:
     """One epoch of padded batches (length-bucketed like ``LetorDataModule``'s training loader).
 
-    ``max_list`` caps each list by :func:`~datamodules.sampling.subsample_query` (relevant
-    documents kept first), so memory per batch is bounded by ``batch_size × max_list``.
+    ``max_list`` caps each list by :func:`~differank.datamodules.query_batches.subsample_query`
+    (relevant documents kept first), so memory per batch is bounded by ``batch_size × max_list``.
     """
     lengths = data.lengths
     capped = lengths if max_list is None else np.minimum(lengths, max_list)

@@ -8,7 +8,7 @@ Public API::
     write_letor(path, features, labels, qids, docids=None, *, float_format="%.9g")
     default_cache_dir() -> Path          # $DIFFERANK_CACHE or ~/.cache/differank
 
-Format rules (the only statement of them; :mod:`datamodules.letor_text` implements them):
+Format rules (the only statement of them; :mod:`differank.datamodules.letor_text` implements them):
 
 * **Compression**: a file whose first bytes are the gzip magic ``1f 8b`` is gunzipped (also
   concatenated gzip members), whatever its name; any other file is read as text. Corrupt or
@@ -74,8 +74,8 @@ from pathlib import Path
 
 import numpy as np
 
-from datamodules import cache
-from datamodules import letor_text as lt
+from differank.datamodules import cache
+from differank.datamodules import letor_text as lt
 
 log = logging.getLogger(__name__)
 

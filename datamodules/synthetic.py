@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from datamodules.letor import LetorDataModule
-from datamodules.reader import default_cache_dir, write_letor
+from differank.datamodules.letor import LetorDataModule
+from differank.datamodules.reader import default_cache_dir, write_letor
 
 __all__ = ["SyntheticLetorDataModule", "generate_queries", "write_letor", "N_FEATURES"]
 

@@ -2,20 +2,26 @@
 
 Every loss takes ``(scores [B, L], labels [B, L], mask [B, L] bool)`` — ConeRank takes
 ``(features [B, L, F], labels, mask, basis [F, K])`` — then keyword-only hyperparameters and
-``reduction="none" | "mean" | "sum"``. Every loss follows one input rule (``losses.inputs``):
-empty batches and lists give a connected zero, integer labels are accepted, a query with a
-non-finite label is dropped, a non-finite score makes its query's loss NaN, half inputs are
-computed in float32, and compiled or on an accelerator no tensor value is read on the host.
+``reduction="none" | "mean" | "sum"``. Every loss follows one input rule
+(``differank.losses.inputs``): empty batches and lists give a connected zero, integer labels are
+accepted, a query with a non-finite label is dropped, a non-finite score makes its query's loss NaN,
+half inputs are computed in float32, and compiled or on an accelerator no tensor value is read on
+the host.
 """
 
-from losses.cone import ConeLoss, cone_fold_in, cone_loss
-from losses.convex import ConvexLoss, convex_loss
-from losses.domination import DominationLoss, domination_loss, label_margins
-from losses.hinge import StructuredHingeLoss, structured_hinge_loss
-from losses.listnet import ListNetLoss, listnet_loss
-from losses.pairs import pair_differences, preference_mask, sample_pairs, valid_queries
-from losses.ranknet import RankNetLoss, ranknet_loss
-from losses.reduction import reduce_queries
+from differank.losses.algorithms.pairs import (
+    pair_differences,
+    preference_mask,
+    sample_pairs,
+    valid_queries,
+)
+from differank.losses.cone import ConeLoss, cone_fold_in, cone_loss
+from differank.losses.convex import ConvexLoss, convex_loss
+from differank.losses.domination import DominationLoss, domination_loss, label_margins
+from differank.losses.hinge import StructuredHingeLoss, structured_hinge_loss
+from differank.losses.listnet import ListNetLoss, listnet_loss
+from differank.losses.ranknet import RankNetLoss, ranknet_loss
+from differank.losses.reduction import reduce_queries
 
 __all__ = [
     "ConeLoss",

@@ -7,8 +7,8 @@ polyhedral cone (eq. 1), to the convex hull of the basis (eq. 18, the default) o
 of eqs. 8–9; the query loss is ``(1/n_q) Σ_j φ_j d²_j`` with ``φ = r_l - r_m`` (eq. 7).
 
 The fold-in runs without gradient, by default with the exact active-set method of
-:mod:`losses.cone_active_set`; gradients reach the basis and the features through
-``d² = ‖z̃‖² − 2 bᵀw* + w*ᵀGw*`` (``b = Uᵀz̃``, ``G = UᵀU``) with ``w*`` fixed, which is the
+:mod:`differank.losses.algorithms.cone_active_set`; gradients reach the basis and the features
+through ``d² = ‖z̃‖² − 2 bᵀw* + w*ᵀGw*`` (``b = Uᵀz̃``, ``G = UᵀU``) with ``w*`` fixed, which is the
 gradient of the value function by Danskin's theorem. Each pair is carried as its K numbers
 ``b`` and its norm: memory O(P·K) for P pairs besides the [B, L, K] projections (plus a
 transient [P, F] difference when there are few pairs, see :func:`_pair_geometry`).
@@ -24,8 +24,12 @@ import warnings
 import torch
 from torch import nn
 
-from losses.cone_active_set import active_set_fold_in, static_active_set_fold_in
-from losses.inputs import (
+from differank.losses.algorithms.cone_active_set import (
+    active_set_fold_in,
+    static_active_set_fold_in,
+)
+from differank.losses.algorithms.pairs import preference_mask, sample_pairs
+from differank.losses.inputs import (
     check_list_inputs,
     compute_dtype,
     finite_label_mask,
@@ -35,8 +39,7 @@ from losses.inputs import (
     nan_for_nonfinite_scores,
     nonempty_lists,
 )
-from losses.pairs import preference_mask, sample_pairs
-from losses.reduction import check_reduction, reduce_queries
+from differank.losses.reduction import check_reduction, reduce_queries
 
 CONSTRAINTS = ("simplex", "cone", "band")
 WEIGHTINGS = ("label_diff", "none")
@@ -283,7 +286,8 @@ def cone_fold_in(
 
     All rows share ``G = UᵀU``: the objective is ``wᵀGw - 2 bᵀw`` with ``b = z U`` ([N, K]).
 
-    * ``solver="active_set"`` (default): exact, see :mod:`losses.cone_active_set`. Float64
+    * ``solver="active_set"`` (default): exact, see
+    :mod:`differank.losses.algorithms.cone_active_set`. Float64
       arithmetic in K-space whatever z's dtype; ``tol`` is the KKT tolerance relative to the
       row's scale, ``max_iter`` a safety cap (rows typically need ``|support| + 1`` iterations).
       Memory O(N·K); it never forms an [N, F] tensor besides ``z`` itself.
@@ -415,12 +419,12 @@ def cone_loss(
     for near-duplicate documents). By default every pair is used; they are gathered into a
     flat list whose length depends on the labels (one host synchronisation on a GPU), memory
     ``O(#pairs·K)``. ``max_pairs_per_query=P`` instead draws P pairs per query
-    uniformly with replacement (:func:`losses.pairs.sample_pairs`, unbiased for the per-query
-    mean): static shapes ``[B, P]``, memory ``O(B·P·F)``.
+    uniformly with replacement (:func:`differank.losses.algorithms.pairs.sample_pairs`, unbiased for
+    the per-query mean): static shapes ``[B, P]``, memory ``O(B·P·F)``.
 
     The static path: compiled (``torch.compile``) or on an accelerator the loss reads no tensor
-    value on the host (:func:`losses.inputs.may_read_values`). Every pair list has a static
-    shape (all pairs: the B·L² slot pairs, invalid ones weighted 0), and the active set runs
+    value on the host (:func:`differank.losses.inputs.may_read_values`). Every pair list has a
+    static shape (all pairs: the B·L² slot pairs, invalid ones weighted 0), and the active set runs
     exactly ``static_iterations`` iterations for every pair (``None``: K + 2, enough for every
     pair in our measurements) with converged pairs frozen, so the value equals the eager one.
     The iterative solvers run ``max_iter`` steps without a convergence check there.
@@ -512,8 +516,8 @@ def _cone_loss_and_support(
     n_features = features.shape[-1]
     _warn_wide_basis(n_features, basis.shape[1])
     rho = math.sqrt(n_features) if rho is None else rho
-    # the input rule of losses.inputs: empty lists, any label dtype, non-finite labels drop
-    # their query, half precision computed in float32 (autocast off: the fold-in needs it)
+    # the input rule of differank.losses.inputs: empty lists, any label dtype, non-finite labels
+    # drop their query, half precision computed in float32 (autocast off: the fold-in needs it)
     features, labels, mask = nonempty_lists(features, labels, mask)
     dtype = compute_dtype(features.dtype)
     device_type = features.device.type

@@ -10,9 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
-from losses.pairs import NUM_LEVELS, preference_mask, valid_queries
-from losses.ranking_sampler import (
+from differank.losses.algorithms.pairs import NUM_LEVELS, preference_mask, valid_queries
+from differank.losses.algorithms.permutation_sampler import (
     ACCEPTS,
     DELTAS,
     QueryTables,
@@ -23,7 +22,8 @@ from losses.ranking_sampler import (
     query_tables,
     run_sampler,
 )
-from losses.reduction import check_reduction, reduce_queries
+from differank.losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
+from differank.losses.reduction import check_reduction, reduce_queries
 
 SPACES = ("permutations", "pairs")
 OBJECTIVES = ("convex", "mle", "expgain")
@@ -103,7 +103,8 @@ def convex_loss(
     distinct sampled orders ∪ {ideal order}: deterministic given the samples, convex in s, an
     exact gradient (the softmax-weighted mean of c), and a lower bound ``0 <= L̂_q <= L_q`` that
     is exact once every order is in the set. Samples come from ``samples`` or from the restarted
-    swap-Metropolis sampler (:func:`~losses.ranking_sampler.run_sampler`) with ``generator``.
+    swap-Metropolis sampler (:func:`~differank.losses.algorithms.permutation_sampler.run_sampler`)
+    with ``generator``.
 
     Options beyond the contract:
 
@@ -115,8 +116,8 @@ def convex_loss(
       set). Both sample from the model distribution exp(c·s).
     * ``accept="all"``: a plain random walk; ``num_chains``: chains per query (default S/T).
 
-    Static path (the host-read rule of ``losses.inputs``): on the CPU eager path the label-level
-    tables are sized by the levels present (one host read, no bound). Compiled or on an
+    Static path (the host-read rule of ``differank.losses.inputs``): on the CPU eager path the
+    label-level tables are sized by the levels present (one host read, no bound). Compiled or on an
     accelerator nothing reads a tensor value on the host: the tables are sized by ``num_levels``
     (the most distinct labels per query; 5 covers LETOR 4.0 and MSLR), and a query with more
     distinct labels gets a NaN loss (other queries are unaffected). Extra empty levels change no
@@ -153,8 +154,8 @@ def convex_loss(
         num_chains=num_chains,
         num_levels=num_levels,
     )
-    # the input rule of losses.inputs: empty lists, any label dtype, non-finite labels drop
-    # their query, half precision in float32, non-finite scores give their query NaN
+    # the input rule of differank.losses.inputs: empty lists, any label dtype, non-finite labels
+    # drop their query, half precision in float32, non-finite scores give their query NaN
     raw, labels, mask = list_inputs(scores, labels, mask)
     valid = valid_queries(labels, mask)
     safe = finite_scores(raw, mask)

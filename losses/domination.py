@@ -21,15 +21,15 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from losses.inputs import (
+from differank.losses.algorithms.pairs import label_levels, preference_mask
+from differank.losses.inputs import (
     check_list_inputs,
     finite_scores,
     list_inputs,
     may_read_values,
     nan_for_nonfinite_scores,
 )
-from losses.pairs import label_levels, preference_mask
-from losses.reduction import check_reduction, reduce_queries
+from differank.losses.reduction import check_reduction, reduce_queries
 
 
 def _masked_logsumexp(values: torch.Tensor, keep: torch.Tensor, dim: int) -> torch.Tensor:
@@ -136,7 +136,7 @@ def domination_loss(
             [1].
         reduction: ``"none"`` | ``"mean"`` | ``"sum"`` over queries with a preference pair.
 
-    Inputs follow the rule of ``losses.inputs`` (empty shapes, integer labels, non-finite
+    Inputs follow the rule of ``differank.losses.inputs`` (empty shapes, integer labels, non-finite
     values, half precision computed in float32). Compiled or on an accelerator the level axis
     is L wide, so the default variant has static shapes and never reads values on the host.
 

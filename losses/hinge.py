@@ -10,8 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
-from losses.ndcg_assignment import (
+from differank.losses.algorithms.ndcg_assignment import (
     assignment_positions,
     gains_and_ideal_dcg,
     label_level_dp,
@@ -20,8 +19,9 @@ from losses.ndcg_assignment import (
     query_levels,
     ystar_positions,
 )
-from losses.pairs import NUM_LEVELS, valid_queries
-from losses.reduction import check_reduction, reduce_queries
+from differank.losses.algorithms.pairs import NUM_LEVELS, valid_queries
+from differank.losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
+from differank.losses.reduction import check_reduction, reduce_queries
 
 YSTARS = ("compatible", "index")
 SOLVERS = ("dp", "assignment")
@@ -52,8 +52,8 @@ def hinge_inference(
     """The non-differentiable half of the hinge: ŷ (eq. 12), y* and Δ(ŷ), without grad.
 
     Shared by :func:`structured_hinge_loss` and the cutting-plane solver
-    (``rankers.hinge_cutting_plane``), whose constraint for query q is the joint feature
-    ``Σ_i x_i A(ŷ_i)`` with offset ``Δ(ŷ)``.
+    (``differank.rankers.solvers.hinge_cutting_plane``), whose constraint for query q is the joint
+    feature ``Σ_i x_i A(ŷ_i)`` with offset ``Δ(ŷ)``.
 
     Shape:
         scores, labels, mask: [B, L] (scores finite at real documents) -> ``A(ŷ_i)`` [B, L],
@@ -100,16 +100,16 @@ def structured_hinge_loss(
     most compatible with the scores, (label desc, score desc), or ``ystar="index"`` for a fixed
     index tie-break (convex in s; A12). The loss-augmented argmax ŷ (eq. 12) is exact:
     ``solver="dp"`` runs the batched label-level DP on the scores' device, ``"assignment"`` one
-    rectangular assignment per query on CPU (``losses.ndcg_assignment``). ŷ and y* carry no
-    gradient, so ``ξ = Δ(ŷ) + Σ_i s_i (A(ŷ_i) − A(y*_i))`` and ``∂ξ/∂s_i = A(ŷ_i) − A(y*_i)``
-    (§4.3). ``ξ_q ≥ 1 − NDCG@k(sort(s)) ≥ 0``. Queries with a single label value or no relevant
-    document are invalid and give 0.
+    rectangular assignment per query on CPU (``differank.losses.algorithms.ndcg_assignment``). ŷ and
+    y* carry no gradient, so ``ξ = Δ(ŷ) + Σ_i s_i (A(ŷ_i) − A(y*_i))`` and ``∂ξ/∂s_i = A(ŷ_i) −
+    A(y*_i)`` (§4.3). ``ξ_q ≥ 1 − NDCG@k(sort(s)) ≥ 0``. Queries with a single label value or no
+    relevant document are invalid and give 0.
 
     ``num_levels`` bounds the distinct label values of a query (the DP's M; 5 covers LETOR 4.0's
     three grades and MSLR's five). On the CPU eager path the DP is sized by the labels actually
     present and a query with more levels is a ValueError; compiled or on an accelerator it is
     sized by ``num_levels`` (static shapes, no host read) and such a query's loss is NaN. Other
-    inputs follow the rule of ``losses.inputs`` (empty shapes, integer labels, non-finite
+    inputs follow the rule of ``differank.losses.inputs`` (empty shapes, integer labels, non-finite
     values, half precision computed in float32).
 
     Shape:

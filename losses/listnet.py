@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
-from losses.pairs import valid_queries
-from losses.reduction import check_reduction, reduce_queries
+from differank.losses.algorithms.pairs import valid_queries
+from differank.losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
+from differank.losses.reduction import check_reduction, reduce_queries
 
 
 def listnet_loss(
@@ -18,7 +18,7 @@ def listnet_loss(
     ``L_q = -Σ_i softmax(r)_i · log softmax(s)_i`` over the query's real documents (Cao et al.
     2007, eq. 4 with φ = exp). Queries whose labels are all equal carry no preference and get 0,
     like every other loss here. Inputs follow the rule of
-    ``losses.inputs`` (empty shapes, integer labels, non-finite values, half precision).
+    ``differank.losses.inputs`` (empty shapes, integer labels, non-finite values, half precision).
 
     Shape:
         scores, labels, mask: [B, L] -> [B] for ``reduction="none"``, else a scalar.

@@ -6,9 +6,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
-from losses.pairs import preference_mask, valid_queries
-from losses.reduction import check_reduction, reduce_queries
+from differank.losses.algorithms.pairs import preference_mask, valid_queries
+from differank.losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
+from differank.losses.reduction import check_reduction, reduce_queries
 
 
 def ranknet_loss(
@@ -18,7 +18,8 @@ def ranknet_loss(
 
     Pairs are the ordered pairs of real documents with ``label_i > label_j`` (Burges et al. 2005,
     eq. 1 with target probability 1). A query without pairs has loss 0. Inputs follow the rule
-    of ``losses.inputs`` (empty shapes, integer labels, non-finite values, half precision).
+    of ``differank.losses.inputs`` (empty shapes, integer labels, non-finite values, half
+    precision).
 
     Shape:
         scores, labels, mask: [B, L] -> [B] for ``reduction="none"``, else a scalar.

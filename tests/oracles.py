@@ -15,7 +15,11 @@ import math
 import numpy as np
 import torch
 
-from losses.ranking_sampler import first_occurrences, order_hashes, run_sampler
+from differank.losses.algorithms.permutation_sampler import (
+    first_occurrences,
+    order_hashes,
+    run_sampler,
+)
 
 # ---- baseline oracles: RankNet, ListNet ----
 
@@ -385,11 +389,12 @@ def distance_to_probability_simplex(z):
 
 
 def sample_orders(scores, tables, **options):
-    """The orders ``[B, S, L]`` of :func:`losses.ranking_sampler.run_sampler` (same keyword
-    options), which the loss itself never materialises.
+    """The orders ``[B, S, L]`` of
+    :func:`differank.losses.algorithms.permutation_sampler.run_sampler` (same keyword options),
+    which the loss itself never materialises.
 
     Example:
-        >>> from losses.ranking_sampler import query_tables
+        >>> from differank.losses.algorithms.permutation_sampler import query_tables
         >>> labels = torch.tensor([[1.0, 0.0, 2.0, 0.0]])
         >>> mask = torch.tensor([[True, True, True, False]])
         >>> tables = query_tables(labels, mask, delta="ndcg")

@@ -4,8 +4,8 @@
 import pytest
 import torch
 
-from losses.listnet import ListNetLoss, listnet_loss
-from losses.ranknet import RankNetLoss, ranknet_loss
+from differank.losses.listnet import ListNetLoss, listnet_loss
+from differank.losses.ranknet import RankNetLoss, ranknet_loss
 from tests.oracles import listnet_oracle, ranknet_oracle
 
 CASES = [

@@ -18,7 +18,7 @@ import scale
 import throughput
 import torch
 
-from datamodules.mslr_synthetic import (
+from differank.datamodules.mslr_synthetic import (
     MSLR_WEB30K,
     generate_mslr,
     iterate_batches,
@@ -105,7 +105,7 @@ def test_reproduce_tiny_suite_with_a_peer(tmp_path):
 @pytest.mark.parametrize("peer", ["lightgbm", "xgboost"])
 def test_tree_peers_tiny(peer, tmp_path):
     pytest.importorskip(peers.MODULES[peer])
-    from datamodules.synthetic import SyntheticLetorDataModule
+    from differank.datamodules.synthetic import SyntheticLetorDataModule
 
     datamodule = SyntheticLetorDataModule(n_train_queries=40, n_val_queries=20, n_test_queries=20)
     row = peers.run_peer(peer, datamodule, tmp_path, tiny=True)

@@ -4,7 +4,7 @@ import logging
 
 import numpy as np
 
-from datamodules import cache
+from differank.datamodules import cache
 
 
 def shapes(meta):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from datamodules.collate import collate_queries
+from differank.datamodules.collate import collate_queries
 
 
 def query(n, n_features=3, qid=1, start=0):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from losses import (
+from differank.losses import (
     ConvexLoss,
     DominationLoss,
     ListNetLoss,
@@ -91,7 +91,9 @@ def test_hinge_static_path_marks_queries_over_num_levels_nan(monkeypatch):
     scores, labels, mask = batch()
     labels[1] = torch.arange(6, dtype=labels.dtype)  # 6 distinct labels, over num_levels=5
     mask[1] = True
-    monkeypatch.setattr("losses.ndcg_assignment.may_read_values", lambda tensor: False)
+    monkeypatch.setattr(
+        "differank.losses.algorithms.ndcg_assignment.may_read_values", lambda tensor: False
+    )
     value = structured_hinge_loss(scores, labels, mask, reduction="none")
     monkeypatch.undo()
     keep = torch.tensor([True, False, True])

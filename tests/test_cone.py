@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-import losses.cone as cone_module
-from losses.cone import ConeLoss, cone_fold_in, cone_loss, project_simplex
-from losses.cone_active_set import active_set_fold_in
+import differank.losses.cone as cone_module
+from differank.losses.algorithms.cone_active_set import active_set_fold_in
+from differank.losses.cone import ConeLoss, cone_fold_in, cone_loss, project_simplex
 from tests.oracles import (
     cone_fold_in_exact,
     cone_query_loss_oracle,

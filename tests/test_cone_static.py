@@ -6,9 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-import losses.cone as cone_module
-from losses.cone import ConeLoss
-from losses.cone_active_set import active_set_fold_in, static_active_set_fold_in
+import differank.losses.cone as cone_module
+from differank.losses.algorithms.cone_active_set import (
+    active_set_fold_in,
+    static_active_set_fold_in,
+)
+from differank.losses.cone import ConeLoss
 from tests.oracles import cone_query_loss_oracle
 from tests.test_cone import random_basis, random_batch
 

@@ -8,9 +8,9 @@ import warnings
 import pytest
 import torch
 
-from losses.cone import ConeLoss
-from rankers.conerank import ConeRank, tie_rule_scores
-from rankers.linear import LinearRanker
+from differank.losses.cone import ConeLoss
+from differank.rankers.scorers.conerank import ConeRank, tie_rule_scores
+from differank.rankers.scorers.linear import LinearRanker
 from tests.oracles import cone_fold_in_exact
 
 

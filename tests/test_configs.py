@@ -101,7 +101,7 @@ def test_every_experiment_runs_fast_dev_run(train_config, experiment, tmp_path):
 def test_the_data_an_experiment_needs_is_read_from_the_composed_config(train_config):
     for name in ("hinge", "hinge_k10", "hinge_k10_cutting_plane"):  # hinge_k10 inherits it
         data = train_config([f"experiment={name}"]).data
-        assert data._target_ == "datamodules.letor.LetorDataModule", name
+        assert data._target_ == "differank.datamodules.letor.LetorDataModule", name
         assert Path(data.root).name == "MQ2008", name
     assert missing_data_root(train_config(["experiment=hinge_k10", "data.root=/nonexistent"]))
     assert missing_data_root(train_config([])) is None  # synthetic data: no root
@@ -222,6 +222,6 @@ def test_a_missing_data_root_names_the_absolute_path_and_how_to_set_it(
         FileNotFoundError,
         match=f"{Path.cwd() / 'nowhere' / 'MQ2008'} does not "
         "exist \\(LETOR_DIR=nowhere\\).*LETOR_DIR.*"
-        "data.root=.*datamodules.download MQ2008",
+        "data.root=.*differank.datamodules.download MQ2008",
     ):
         train(cfg, tmp_path)

@@ -9,8 +9,8 @@ import itertools
 import pytest
 import torch
 
-from losses.convex import ConvexLoss, convex_loss
-from losses.ranking_sampler import query_tables
+from differank.losses.algorithms.permutation_sampler import query_tables
+from differank.losses.convex import ConvexLoss, convex_loss
 from tests.oracles import (
     convex_exact_oracle,
     convex_pair_space_oracle,

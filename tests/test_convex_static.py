@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from losses.convex import ConvexLoss, convex_loss
-from losses.ranking_sampler import _hash_coefficients, query_tables
+from differank.losses.algorithms.permutation_sampler import _hash_coefficients, query_tables
+from differank.losses.convex import ConvexLoss, convex_loss
 from tests.oracles import sample_orders
 
-STATIC = "losses.ranking_sampler.may_read_values"
+STATIC = "differank.losses.algorithms.permutation_sampler.may_read_values"
 
 
 def batch(dtype=torch.float64, batch_size=3, length=6, seed=0):

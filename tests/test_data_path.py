@@ -6,8 +6,8 @@ from pathlib import Path
 import numpy as np
 from data_path import lightgbm_copies, report  # benchmarks/ is on the path (tests/conftest.py)
 
-from datamodules.mslr_synthetic import generate_mslr, letor_text
-from datamodules.reader import read_letor_file
+from differank.datamodules.mslr_synthetic import generate_mslr, letor_text
+from differank.datamodules.reader import read_letor_file
 
 
 def test_mslr_text_reads_back_as_the_rounded_features(tmp_path):

@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from datamodules.reader import read_letor_file
-from rankers.evaluate import evaluate_files
+from differank.datamodules.reader import read_letor_file
+from differank.rankers.metrics.evaluate import evaluate_files
 from tests.oracles import letor_query_metrics_oracle
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -179,7 +179,7 @@ def folds(draw) -> dict[str, bytes]:
 
 def train_on(files: dict[str, bytes], directory: Path) -> str:
     """``train`` in-process; "refused" (a data error before any training step) or "trained"."""
-    from rankers.module import RankingModule
+    from differank.rankers.training.module import RankingModule
     from train import compose_run, train
 
     root = directory / "data"

@@ -1,7 +1,7 @@
-"""Dependency rules: losses/ imports only torch; rankers/ only torch, but for torchmetrics in
-metrics.py and the Hydra / Lightning harness (module.py, sweep_summary.py, ensemble.py);
-datamodules/ never imports losses or rankers.
-Packaging: only those packages are installed, train.py stays a script."""
+"""Dependency rules, one per room (no per-file exceptions): each package of ``differank`` may
+import the standard library, the third-party packages and the rooms of its rule, nothing else.
+The rules are stated in docs/architecture.md#dependency-rules.
+Packaging: ``differank`` is the one installed import name; train.py stays a script."""
 
 import ast
 import os
@@ -13,51 +13,96 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
-# rankers/ modules that may import the framework (Lightning, Hydra): the harness and CLIs
-HARNESS = {"module.py", "sweep_summary.py", "ensemble.py"}
-# third-party packages other rankers/ modules may import: torch, and torchmetrics for the
-# metrics (the functional form and its Metric side by side, as in torchmetrics)
-RANKERS_ALLOWED = {"metrics.py": {"torch", "torchmetrics"}}
+LOSSES = "differank.losses"
+ALGORITHMS = "differank.losses.algorithms"
+SCORERS = "differank.rankers.scorers"
+SOLVERS = "differank.rankers.solvers"
+METRICS = "differank.rankers.metrics"
+TRAINING = "differank.rankers.training"
+RUN = "differank.rankers.run"
+DATA = "differank.datamodules"
+LIGHTNING = {"pytorch_lightning", "lightning", "lightning_fabric"}
+HYDRA = {"hydra", "omegaconf", "yaml"}
+
+# room folder -> (the third-party packages it may import, the rooms it may import)
+RULES = {
+    "losses/algorithms": ({"torch"}, {ALGORITHMS, "differank.losses.inputs"}),
+    "losses": ({"torch"}, {LOSSES}),
+    "rankers/scorers": ({"torch"}, {LOSSES, SCORERS}),
+    "rankers/solvers": ({"torch"}, {LOSSES, SCORERS, SOLVERS}),
+    "rankers/metrics": ({"torch", "torchmetrics", "numpy"}, {LOSSES, METRICS, DATA}),
+    "rankers/training": (
+        {"torch", "torchmetrics"} | LIGHTNING,
+        {LOSSES, SCORERS, SOLVERS, METRICS, TRAINING},
+    ),
+    "rankers/run": (None, {LOSSES, SCORERS, SOLVERS, METRICS, TRAINING, RUN, DATA}),
+    "datamodules": ({"torch", "numpy", "numba", "scipy", "rich"} | LIGHTNING, {DATA}),
+}
 
 
-def imported_roots(path: Path) -> set[str]:
-    roots = set()
+def room_of(path: Path) -> str:
+    return path.parent.relative_to(ROOT).as_posix()
+
+
+def imports(path: Path) -> set[str]:
+    names = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
-            roots |= {alias.name.split(".")[0] for alias in node.names}
+            names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            roots.add(node.module.split(".")[0])
-    return roots
+            names.add(node.module)
+    return names
 
 
-def third_party(path: Path) -> set[str]:
-    return imported_roots(path) - STDLIB - {"losses", "rankers", "datamodules"}
+def library_files() -> list[Path]:
+    return sorted(p for room in RULES for p in (ROOT / room).glob("*.py"))
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "losses").glob("*.py")), ids=lambda p: p.name)
-def test_losses_import_only_torch(path):
-    assert third_party(path) <= {"torch"}, f"{path.name} imports {third_party(path) - {'torch'}}"
-    assert not imported_roots(path) & {"rankers", "datamodules"}
+@pytest.mark.parametrize("path", library_files(), ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_each_room_imports_only_what_its_rule_allows(path):
+    third_party_allowed, rooms_allowed = RULES[room_of(path)]
+    for name in imports(path):
+        root = name.split(".")[0]
+        if root in STDLIB:
+            continue
+        if root == "differank":
+            assert name == "differank" or any(
+                name == room or name.startswith(room + ".") for room in rooms_allowed
+            ), (
+                f"{path.relative_to(ROOT)} imports {name}; "
+                f"its room may import {sorted(rooms_allowed)}"
+            )
+        elif third_party_allowed is not None:
+            assert root in third_party_allowed, (
+                f"{path.relative_to(ROOT)} imports {root}; "
+                f"its room may import {sorted(third_party_allowed)}"
+            )
 
 
-@pytest.mark.parametrize(
-    "path",
-    [p for p in sorted((ROOT / "rankers").glob("*.py")) if p.name not in HARNESS],
-    ids=lambda p: p.name,
-)
-def test_rankers_import_only_torch(path):
-    allowed = RANKERS_ALLOWED.get(path.name, {"torch"})
-    assert third_party(path) <= allowed, f"{path.name} imports {third_party(path) - allowed}"
+def test_every_library_folder_has_a_rule():
+    folders = {p.parent.relative_to(ROOT).as_posix() for p in library_files()}
+    packaged = {
+        p.parent.relative_to(ROOT).as_posix()
+        for top in ("losses", "rankers", "datamodules")
+        for p in (ROOT / top).rglob("__init__.py")
+    }
+    assert packaged - {"rankers"} <= set(RULES), sorted(packaged - set(RULES))
+    assert folders <= set(RULES)
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "datamodules").glob("*.py")), ids=lambda p: p.name)
-def test_datamodules_do_not_import_losses_or_rankers(path):
-    assert not imported_roots(path) & {"losses", "rankers"}
+def test_only_the_training_and_run_layers_import_lightning_or_hydra():
+    for path in library_files():
+        room = room_of(path)
+        roots = {name.split(".")[0] for name in imports(path)}
+        if roots & HYDRA:
+            assert room == "rankers/run", f"{path} imports Hydra"
+        if roots & LIGHTNING:
+            assert room in {"rankers/training", "rankers/run", "datamodules"}, path
 
 
 def test_import_losses_pulls_in_no_framework():
     code = (
-        "import sys, losses\n"
+        "import sys, differank.losses\n"
         "banned = {'lightning', 'pytorch_lightning', 'hydra', 'omegaconf', 'torchmetrics',\n"
         "          'sklearn', 'scipy'}\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in banned))"
@@ -68,10 +113,10 @@ def test_import_losses_pulls_in_no_framework():
     assert result.stdout.strip() == "[]", result.stdout
 
 
-def test_train_is_a_script_not_an_installed_module(tmp_path):
-    """The distribution installs the packages only: from a directory outside the project
-    ``import train`` fails and the former top-level ``sweeps`` is gone, while the packages
-    resolve to this project when differank is installed (``pip install -e .``)."""
+def test_differank_is_the_one_installed_import_name(tmp_path):
+    """From a directory outside the project only ``differank`` imports: no top-level
+    ``losses``, ``rankers``, ``datamodules`` or ``train``; its packages are this checkout's
+    folders (``pip install -e .`` maps them with setuptools' ``package-dir``)."""
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
 
     def run(code):
@@ -79,16 +124,23 @@ def test_train_is_a_script_not_an_installed_module(tmp_path):
             [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
         )
 
-    failed = run("import train")
-    assert failed.returncode != 0 and "No module named 'train'" in failed.stderr, failed.stderr
-    assert "No module named 'sweeps'" in run("import sweeps").stderr
+    for name in ("losses", "rankers", "datamodules", "train"):
+        failed = run(f"import {name}")
+        assert f"No module named '{name}'" in failed.stderr, (name, failed.stderr)
     located = run(
-        "import importlib.metadata as m, importlib.util as u\n"
-        "m.distribution('differank')  # PackageNotFoundError: not installed\n"
-        "print(*(u.find_spec(name).origin for name in ('losses', 'rankers', 'datamodules')))"
+        "import importlib.util as u\n"
+        "names = ('differank.losses', 'differank.rankers', 'differank.datamodules')\n"
+        "print(*(u.find_spec(name).origin for name in names))"
     )
-    if "PackageNotFoundError" in located.stderr:
-        return  # the packages are on sys.path only inside the project: nothing more to check
     assert located.stdout.split() == [
         str(ROOT / name / "__init__.py") for name in ("losses", "rankers", "datamodules")
     ], located.stderr
+
+
+def test_every_package_folder_is_installed():
+    """pyproject.toml lists every folder with an ``__init__.py`` under the mapped folders."""
+    text = (ROOT / "pyproject.toml").read_text()
+    for top in ("losses", "rankers", "datamodules"):
+        for init in (ROOT / top).rglob("__init__.py"):
+            dotted = "differank." + init.parent.relative_to(ROOT).as_posix().replace("/", ".")
+            assert f'"{dotted}"' in text, f"{dotted} is missing from pyproject.toml's packages"

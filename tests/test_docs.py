@@ -3,6 +3,7 @@ file and heading inside the repository (the design travels with the clone)."""
 
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,12 +12,14 @@ from tests.conftest import ROOT
 
 REFERENCE = re.compile(r"docs/([A-Za-z0-9_/.-]+\.md)(?:#([a-z0-9-]+))?")
 EXAMPLE = "docs/objectives/foo.md"  # the template a new objective's page follows
+# the tracked files only: a virtual environment, run outputs or data inside the clone are not ours
+TRACKED = subprocess.run(
+    ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
+).stdout.split("\0")
 SOURCES = [
-    path
-    for pattern in ("*.py", "*.yaml", "*.md")
-    for path in ROOT.rglob(pattern)
-    if not {".git", ".whl", "outputs", "multirun"} & set(path.relative_to(ROOT).parts)
-    and "results" not in path.relative_to(ROOT).parts
+    ROOT / name
+    for name in TRACKED
+    if name.endswith((".py", ".yaml", ".md")) and "results" not in Path(name).parts
 ]
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from losses.domination import DominationLoss, domination_loss, label_margins
+from differank.losses.domination import DominationLoss, domination_loss, label_margins
 from tests.oracles import domination_query_oracle
 
 
@@ -58,7 +58,7 @@ class TestDominationLoss:
     @pytest.mark.parametrize("seed", range(2))
     def test_static_path_matches_oracle(self, seed, monkeypatch):
         """The path compiled or accelerator runs take: no host read, level axis L wide."""
-        monkeypatch.setattr("losses.domination.may_read_values", lambda tensor: False)
+        monkeypatch.setattr("differank.losses.domination.may_read_values", lambda tensor: False)
         check_against_oracle(*random_batch(seed, levels=5))
 
     def test_real_valued_labels(self):

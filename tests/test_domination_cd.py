@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from losses.domination import domination_loss
-from rankers.domination_cd import DominationCD, soft_threshold
+from differank.losses.domination import domination_loss
+from differank.rankers.solvers.domination_cd import DominationCD, soft_threshold
 
 
 def random_set(seed: int, queries: int = 6, length: int = 8, features: int = 5, density=0.5):

@@ -1,6 +1,6 @@
-"""``python -m datamodules.download``: fetch (resuming with HTTP ranges), check the sha256,
-extract and arrange a fold layout the LETOR DataModule reads. Every test serves a small archive
-it makes itself from an HTTP server on 127.0.0.1; no other host is contacted."""
+"""``python -m differank.datamodules.download``: fetch (resuming with HTTP ranges), check the
+sha256, extract and arrange a fold layout the LETOR DataModule reads. Every test serves a small
+archive it makes itself from an HTTP server on 127.0.0.1; no other host is contacted."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from datamodules import download
-from datamodules.letor import LetorDataModule
+from differank.datamodules import download
+from differank.datamodules.letor import LetorDataModule
 
 
 def letor_zip() -> bytes:

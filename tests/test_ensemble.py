@@ -1,5 +1,5 @@
 """Ensembles: the weighted (optionally per-query standardised) mean of member scorers, each
-behind its own feature transform, and ``python -m rankers.ensemble`` writing a run's
+behind its own feature transform, and ``python -m differank.rankers.run.ensemble`` writing a run's
 predictions and metrics."""
 
 import json
@@ -7,11 +7,11 @@ import json
 import pytest
 import torch
 
-from rankers.ensemble import EnsembleRanker, main
-from rankers.evaluate import evaluate_files
-from rankers.export import Scorer, export_torchscript
-from rankers.linear import LinearRanker
-from rankers.transformer import TransformerRanker
+from differank.rankers.metrics.evaluate import evaluate_files
+from differank.rankers.run.ensemble import EnsembleRanker, main
+from differank.rankers.run.export import Scorer, export_torchscript
+from differank.rankers.scorers.linear import LinearRanker
+from differank.rankers.scorers.transformer import TransformerRanker
 from train import compose_run, train
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")

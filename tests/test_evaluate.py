@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rankers.evaluate import (
+from differank.rankers.metrics.evaluate import (
     evaluate_arrays,
     evaluate_files,
     main,
@@ -109,7 +109,7 @@ def test_cli_prints_table_and_writes_json(tiny, tmp_path, cli):
 def test_python_dash_m_runs_the_same_command_line(tiny, cli):
     """The module entry point, in a subprocess (slow: imports torch); the rest run ``main``."""
     result = subprocess.run(
-        [sys.executable, "-m", "rankers.evaluate", *map(str, tiny)],
+        [sys.executable, "-m", "differank.rankers.metrics.evaluate", *map(str, tiny)],
         cwd=ROOT,
         capture_output=True,
         text=True,

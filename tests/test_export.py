@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
-from datamodules.synthetic import SyntheticLetorDataModule
-from rankers.conerank import ConeRank
-from rankers.export import Scorer, export_onnx, export_torchscript, write_trec_run
-from rankers.mlp import MLPRanker
+from differank.datamodules.synthetic import SyntheticLetorDataModule
+from differank.rankers.run.export import Scorer, export_onnx, export_torchscript, write_trec_run
+from differank.rankers.scorers.conerank import ConeRank
+from differank.rankers.scorers.mlp import MLPRanker
 from tests.conftest import TINY_RUN
 from train import compose_run, train
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from losses import (
+from differank.losses import (
     ConeLoss,
     ConvexLoss,
     DominationLoss,
@@ -16,8 +16,8 @@ from losses import (
     RankNetLoss,
     StructuredHingeLoss,
 )
-from rankers.conerank import ConeRank
-from rankers.linear import LinearRanker
+from differank.rankers.scorers.conerank import ConeRank
+from differank.rankers.scorers.linear import LinearRanker
 from tests.conftest import ROOT
 
 pytestmark = [

@@ -8,13 +8,13 @@ import math
 import pytest
 import torch
 
-from losses.hinge import StructuredHingeLoss, structured_hinge_loss
-from losses.ndcg_assignment import (
+from differank.losses.algorithms.ndcg_assignment import (
     assignment_positions,
     gains_and_ideal_dcg,
     hungarian_min,
     label_level_dp,
 )
+from differank.losses.hinge import StructuredHingeLoss, structured_hinge_loss
 from tests import oracles
 
 SOLVERS = ("dp", "assignment")
@@ -74,7 +74,9 @@ class TestStructuredHinge:
     @pytest.mark.parametrize("ystar", ["compatible", "index"])
     def test_static_path_matches_brute_force(self, ystar, monkeypatch):
         """The path compiled or accelerator runs take: DP sized by num_levels, no host read."""
-        monkeypatch.setattr("losses.ndcg_assignment.may_read_values", lambda tensor: False)
+        monkeypatch.setattr(
+            "differank.losses.algorithms.ndcg_assignment.may_read_values", lambda tensor: False
+        )
         scores, labels, mask = random_batch(12, 7, 3, seed=31, min_docs=1)
         scores = scores.clone().requires_grad_(True)
         loss = structured_hinge_loss(scores, labels, mask, k=3, ystar=ystar, reduction="none")

@@ -1,12 +1,13 @@
-"""The report's Algorithm 1 (rankers/hinge_cutting_plane.py) on small synthetic ranking sets."""
+"""The report's Algorithm 1 (rankers/solvers/hinge_cutting_plane.py) on small synthetic ranking
+sets."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from losses.hinge import structured_hinge_loss
-from rankers.hinge_cutting_plane import HingeCuttingPlane
+from differank.losses.hinge import structured_hinge_loss
+from differank.rankers.solvers.hinge_cutting_plane import HingeCuttingPlane
 
 
 def synthetic(queries=40, length=15, features=6, seed=0):

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from datamodules import letor_text, reader
-from datamodules.letor import LetorDataModule, MissingLetorFileError, resolve_fold_files
-from datamodules.reader import write_letor
+from differank.datamodules import letor_text, reader
+from differank.datamodules.letor import LetorDataModule, MissingLetorFileError, resolve_fold_files
+from differank.datamodules.reader import write_letor
 
 MQ2008 = (
     Path(os.environ["LETOR_DIR"]) / "MQ2008"
@@ -123,7 +123,7 @@ def test_a_feature_absent_from_training_is_an_error_naming_file_and_feature(
 
 def test_unseen_features_drop_zeroes_them_and_logs_the_count(tmp_path, caplog):
     root = unseen_fold(tmp_path, [1, 2, 3, 4, 5])
-    with caplog.at_level(logging.WARNING, logger="datamodules.letor"):
+    with caplog.at_level(logging.WARNING, logger="differank.datamodules.letor"):
         dm = module(root, unseen_features="drop", normalization="none")
         assert dm.n_features == 3
     assert "test.txt: dropped 3 feature(s) that occur in no training file (2, 4, 5)" in caplog.text
@@ -181,7 +181,7 @@ def test_noncontiguous_qids_form_one_query_in_file_order(tmp_path, caplog):
     features = np.arange(7 * 2, dtype=float).reshape(7, 2)
     for name in ("train.txt", "vali.txt", "test.txt"):
         write_letor(root / "Fold1" / name, features, labels, qids, [f"d{i}" for i in range(7)])
-    with caplog.at_level(logging.INFO, logger="datamodules.letor"):
+    with caplog.at_level(logging.INFO, logger="differank.datamodules.letor"):
         dm = module(root, normalization="none")
         dm.setup()
     assert "1 query ids occur in non-contiguous blocks" in caplog.text
@@ -316,7 +316,7 @@ def test_drop_train_queries_without_pairs(tmp_path, caplog):
         write_letor(root / "Fold1" / name, features, labels, qids)
     kept = module(root)
     assert kept.full_batch("train")["qid"].tolist() == [1, 2, 3, 4]
-    with caplog.at_level(logging.INFO, logger="datamodules.letor"):
+    with caplog.at_level(logging.INFO, logger="differank.datamodules.letor"):
         dm = module(root, drop_train_queries_without_pairs=True)
         dm.setup()
     assert "dropped 3 of 4 training queries" in caplog.text
@@ -434,7 +434,7 @@ def test_a_training_split_without_preference_pairs_warns(tmp_path, caplog):
     root = tmp_path / "data"
     for name in ("train.txt", "vali.txt", "test.txt"):
         write_letor(root / "Fold1" / name, np.ones((4, 2)), [1, 1, 0, 0], [1, 1, 2, 2])
-    with caplog.at_level(logging.WARNING, logger="datamodules.letor"):
+    with caplog.at_level(logging.WARNING, logger="differank.datamodules.letor"):
         module(root).setup()
     assert "has no preference pair" in caplog.text
 
@@ -521,7 +521,7 @@ def test_mq2008_fold1_counts(tmp_path):
 
 def test_zscore_kernels_equal_blockwise_numpy_to_the_bit():
     """The compiled statistics add in numpy's block-wise ``nansum`` order: same bits."""
-    from datamodules import letor
+    from differank.datamodules import letor
 
     rng = np.random.default_rng(4)
     features = (rng.standard_normal((1000, 7)) * [1, 10, 1e3, 1e-3, 0, 5, 1] + 3).astype(np.float32)

@@ -16,7 +16,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from datamodules.reader import write_letor
+from differank.datamodules.reader import write_letor
 from tests.conftest import MQ2008, ROOT, TINY_DATA, requires_mq2008
 from train import compose_run, restore_run, train
 

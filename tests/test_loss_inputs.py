@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from losses import (
+from differank.losses import (
     cone_loss,
     convex_loss,
     domination_loss,
@@ -17,7 +17,7 @@ from losses import (
     ranknet_loss,
     structured_hinge_loss,
 )
-from losses.inputs import compute_dtype, finite_label_mask, may_read_values
+from differank.losses.inputs import compute_dtype, finite_label_mask, may_read_values
 from tests.conftest import ROOT
 
 

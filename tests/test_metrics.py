@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from rankers.metrics import LetorMetric, letor_metrics, letor_ranking, metric_keys
+from differank.rankers.metrics.letor import LetorMetric, letor_metrics, letor_ranking, metric_keys
 from tests.oracles import letor_query_metrics_oracle, trec_query_metrics_oracle
 
 NAN = float("nan")
@@ -362,7 +362,7 @@ def test_clear_errors():
 
 
 # ---------------------------------------------------------------------------------------------
-# The torchmetrics wrapper (beside letor_metrics in rankers/metrics.py)
+# The torchmetrics wrapper (beside letor_metrics in rankers/metrics/letor.py)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -392,9 +392,3 @@ def test_letor_metric_ignores_empty_rows_and_validates_options():
     assert metric.compute()["map"].item() == 0.5
     with pytest.raises(ValueError, match="convention"):
         LetorMetric(convention="bad")
-
-
-def test_letor_metric_is_still_importable_from_the_lightning_module():
-    from rankers import module
-
-    assert module.LetorMetric is LetorMetric

@@ -5,10 +5,10 @@ import pytest
 import torch
 from torch import nn
 
-from losses.ranknet import RankNetLoss
-from rankers.base import Ranker
-from rankers.linear import LinearRanker
-from rankers.module import (
+from differank.losses.ranknet import RankNetLoss
+from differank.rankers.scorers.base import Ranker
+from differank.rankers.scorers.linear import LinearRanker
+from differank.rankers.training.module import (
     FullBatchModule,
     ProgressBar,
     RankingModule,

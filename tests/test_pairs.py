@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from losses.pairs import (
+from differank.losses.algorithms.pairs import (
     label_levels,
     pair_counts,
     pair_differences,
@@ -11,7 +11,7 @@ from losses.pairs import (
     sample_pairs,
     valid_queries,
 )
-from losses.reduction import check_reduction, reduce_queries
+from differank.losses.reduction import check_reduction, reduce_queries
 
 NAN = float("nan")
 

@@ -10,8 +10,8 @@ import itertools
 import pytest
 import torch
 
-from losses.pairs import sample_pairs
-from losses.ranking_sampler import (
+from differank.losses.algorithms.pairs import sample_pairs
+from differank.losses.algorithms.permutation_sampler import (
     _restart,
     _seed_orders,
     _step,

@@ -9,8 +9,8 @@ import os
 import numpy as np
 import pytest
 
-from datamodules import letor_text, reader
-from datamodules.reader import check_read_options, read_letor_file, write_letor
+from differank.datamodules import letor_text, reader
+from differank.datamodules.reader import check_read_options, read_letor_file, write_letor
 
 GOOD = b"""2 qid:7 1:0.5 2:1.0 3:0.25 #docid = GX-1 inc = 1 prob = 0.5
 0 qid:7 1:0.1 3:0.75 #just a comment

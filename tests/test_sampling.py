@@ -1,11 +1,11 @@
-"""datamodules/sampling.py: length-bucketed batch sampler and the max_list subsampling rule."""
+"""datamodules/query_batches.py: length-bucketed batch sampler and the max_list subsampling rule."""
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datamodules.sampling import QueryBatchSampler, subsample_query
+from differank.datamodules.query_batches import QueryBatchSampler, subsample_query
 
 
 def test_short_query_is_kept_whole():

@@ -13,7 +13,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from rankers.sweep_summary import summarize
+from differank.rankers.run.sweep_summary import summarize
 from tests.conftest import ROOT, TINY_RUN
 
 CONF = ROOT / "conf"
@@ -77,8 +77,8 @@ def test_every_sweep_job_composes_and_builds_its_model_and_loss(train_config, na
 
 def test_objective_sweep_pairs_cone_with_conerank(train_config):
     cfg = train_config(["+objective=cone"])
-    assert cfg.model.ranker._target_ == "rankers.conerank.ConeRank"
-    assert cfg.loss._target_ == "losses.cone.ConeLoss"
+    assert cfg.model.ranker._target_ == "differank.rankers.scorers.conerank.ConeRank"
+    assert cfg.loss._target_ == "differank.losses.cone.ConeLoss"
 
 
 @needs_optuna

@@ -5,8 +5,8 @@ import time
 import numpy as np
 import pytest
 
-from datamodules import reader
-from datamodules.synthetic import N_FEATURES, SyntheticLetorDataModule, generate_queries
+from differank.datamodules import reader
+from differank.datamodules.synthetic import N_FEATURES, SyntheticLetorDataModule, generate_queries
 
 SMALL = {"n_train_queries": 60, "n_val_queries": 20, "n_test_queries": 20}
 
@@ -106,7 +106,7 @@ def test_explicit_root_and_reuse(tmp_path, monkeypatch):
     def no_writing(*args, **kwargs):
         raise AssertionError("existing files for the same parameters must be reused")
 
-    monkeypatch.setattr("datamodules.synthetic._write_fold", no_writing)
+    monkeypatch.setattr("differank.datamodules.synthetic._write_fold", no_writing)
     again = SyntheticLetorDataModule(**SMALL, root=root, cache_dir=tmp_path / "cache")
     assert again.n_features == 46
     assert (root / "Fold1" / "train.txt").stat().st_mtime_ns == stamp

@@ -1,8 +1,8 @@
 """End to end: ``python train.py`` writes what docs/architecture.md#what-a-run-writes promises,
-and the prediction file scored by the evaluator's command line (``rankers.evaluate.main``)
-reproduces ``test_metrics.json`` exactly; the run shows one line per validation epoch,
-checkpoint and early-stopping lines and the tested epoch, also in ``train.log``, without known
-third-party noise; ``--help`` explains the CLI."""
+and the prediction file scored by the evaluator's command line
+(``differank.rankers.metrics.evaluate.main``) reproduces ``test_metrics.json`` exactly; the run
+shows one line per validation epoch, checkpoint and early-stopping lines and the tested epoch, also
+in ``train.log``, without known third-party noise; ``--help`` explains the CLI."""
 
 import json
 import logging
@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from rankers.evaluate import main as evaluate_main
+from differank.rankers.metrics.evaluate import main as evaluate_main
 from tests.conftest import ROOT, TINY_DATA, requires_mq2008
 from train import compose_run, console_logging, train
 
@@ -111,7 +111,7 @@ def test_quiet_keeps_warnings_on_the_terminal_and_every_line_in_train_log(tmp_pa
 
 
 def test_early_stopping_and_conerank_epochs_are_announced(tmp_path, caplog, capsys):
-    caplog.set_level(logging.INFO, logger="rankers.module")
+    caplog.set_level(logging.INFO, logger="differank.rankers.training.module")
     never_better = [
         "callbacks.early_stopping.patience=1",
         "+callbacks.early_stopping.min_delta=1",
@@ -148,7 +148,7 @@ HELP_TOPICS = (
     "checkpoints/{best,last}.ckpt",
     "quiet=true",
     "LETOR_DIR",
-    "python -m datamodules.download",
+    "python -m differank.datamodules.download",
     "allow_data_mismatch",
 )
 

@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from datamodules.transforms import GaussRank, fit
-from losses.cone import ConeLoss
-from losses.listnet import ListNetLoss
-from rankers.conerank import ConeRank
-from rankers.ensemble import load_member
-from rankers.export import Scorer, export_onnx, export_torchscript
-from rankers.linear import LinearRanker
-from rankers.module import RankingModule
-from rankers.transformer import TransformerRanker
+from differank.datamodules.transforms import GaussRank, fit
+from differank.losses.cone import ConeLoss
+from differank.losses.listnet import ListNetLoss
+from differank.rankers.run.ensemble import load_member
+from differank.rankers.run.export import Scorer, export_onnx, export_torchscript
+from differank.rankers.scorers.conerank import ConeRank
+from differank.rankers.scorers.linear import LinearRanker
+from differank.rankers.scorers.transformer import TransformerRanker
+from differank.rankers.training.module import RankingModule
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 
@@ -217,7 +217,7 @@ def test_onnx_export_takes_features_and_mask(tmp_path):
 def test_a_short_run_trains_and_its_exported_scorer_scores_raw_features_like_the_run(
     train_config, tmp_path
 ):
-    from datamodules.synthetic import SyntheticLetorDataModule
+    from differank.datamodules.synthetic import SyntheticLetorDataModule
     from train import train
 
     sizes = dict(n_train_queries=30, n_val_queries=10, n_test_queries=10)

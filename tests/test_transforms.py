@@ -7,10 +7,10 @@ import pytest
 import torch
 from scipy.special import ndtri
 
-from datamodules.synthetic import SyntheticLetorDataModule
-from datamodules.transforms import GAUSSRANK_KNOTS, SignedLog1p, fit, load
-from rankers.export import serving_scorer
-from rankers.linear import LinearRanker
+from differank.datamodules.synthetic import SyntheticLetorDataModule
+from differank.datamodules.transforms import GAUSSRANK_KNOTS, SignedLog1p, fit, load
+from differank.rankers.run.export import serving_scorer
+from differank.rankers.scorers.linear import LinearRanker
 
 SIZES = dict(n_train_queries=30, n_val_queries=10, n_test_queries=10)
 

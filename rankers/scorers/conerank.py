@@ -4,7 +4,7 @@ Tran & Pham (docs/objectives/conerank.md). The model is the basis ``U = [u_1 …
 ``‖u_k‖ <= c``
 (Algorithm 1, step 2b, enforced by :meth:`ConeRank.constrain` after every optimizer step),
 optionally over a learned embedding ``enc(x)`` of the features (identity by default). The loss
-(``losses.cone``) sees the (encoded) features and ``{"basis": U}``.
+(``differank.losses.cone``) sees the (encoded) features and ``{"basis": U}``.
 
 Prediction (Algorithm 2) votes over pairs with the unconstrained fold-in ``w = U⁺ z``; since
 ``Σ_k w_k = vᵀ z`` with ``v = (U⁺)ᵀ 1``, it ranks exactly by the linear score ``s = enc(x)·v``
@@ -22,10 +22,10 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from losses.cone import cone_fold_in, normalise_differences
-from rankers.base import Ranker
-from rankers.linear import LinearRanker
-from rankers.transformer import ListEncoder
+from differank.losses.cone import cone_fold_in, normalise_differences
+from differank.rankers.scorers.base import Ranker
+from differank.rankers.scorers.linear import LinearRanker
+from differank.rankers.scorers.transformer import ListEncoder
 
 PREDICTIONS = ("linear", "rank", "two_direction")
 
@@ -65,9 +65,9 @@ class ConeRank(Ranker):
         encoder_hidden: hidden widths of an MLP encoder ``F -> D`` (ReLU); None = identity.
         embed_dim: D for the encoder (defaults to F).
         transformer: instead of the MLP, a self-attention list encoder ``F -> D``
-            (:class:`~rankers.transformer.ListEncoder`; its options, e.g. ``{"d_model": 64,
-            "num_layers": 2}``): documents are embedded in the context of their query, and the
-            ranker then takes the batch mask (``uses_mask``).
+            (:class:`~differank.rankers.scorers.transformer.ListEncoder`; its options, e.g.
+            ``{"d_model": 64, "num_layers": 2}``): documents are embedded in the context of their
+            query, and the ranker then takes the batch mask (``uses_mask``).
         init_scale: columns start uniformly inside the ball of radius ``init_scale · c``.
         prediction: ``"linear"`` returns ``s = enc(x)·v``; ``"rank"`` returns the rank-based
             scores of :func:`tie_rule_scores`, bit-exact to Algorithm 2 on duplicates;

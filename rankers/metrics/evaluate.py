@@ -1,11 +1,11 @@
 """Score a prediction file against LETOR feature files, like ``Eval-Score-4.0.pl``.
 
-    python -m rankers.evaluate FEATURE_FILE [FEATURE_FILE ...] PREDICTION_FILE \\
+    python -m differank.rankers.metrics.evaluate FEATURE_FILE [FEATURE_FILE ...] PREDICTION_FILE \\
         [--ks 1 3 5 10] [--convention letor|trec] [--short-list zero|ndcg_at_n] [--json OUT.json]
 
 The prediction file holds one score per line, aligned with the rows (data lines) of the
-concatenated feature files. The feature files are read by :mod:`datamodules.reader`, the same
-reader (same rules, same cache) as training, so any file training accepts is evaluated with the
+concatenated feature files. The feature files are read by :mod:`differank.datamodules.reader`, the
+same reader (same rules, same cache) as training, so any file training accepts is evaluated with the
 same rows, labels and query grouping: rows with the same qid form one query, even when they are
 not contiguous, in file order; queries are ordered by first appearance. ``train.py`` scores the
 test split with these functions, so its ``test_metrics.json`` and this command agree exactly.
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from datamodules.reader import group_queries, read_letor_file
-from rankers.metrics import check_metric_options, letor_metrics, metric_keys
+from differank.datamodules.reader import group_queries, read_letor_file
+from differank.rankers.metrics.letor import check_metric_options, letor_metrics, metric_keys
 
 # Queries per letor_metrics call: bounds the padded [chunk, L] float64 work tensors.
 _CHUNK = 512
@@ -97,7 +97,8 @@ def per_query_values(
     short_list: str | None = None,
 ) -> tuple[list[int], dict[str, torch.Tensor]]:
     """Per-query metrics of rows held in memory: ``scores``, ``labels`` [N], ``qids`` [N] int,
-    grouped into queries by the reader's rule (:func:`datamodules.reader.group_queries`)."""
+    grouped into queries by the reader's rule
+    (:func:`differank.datamodules.reader.group_queries`)."""
     ks, short_list = check_metric_options(ks, convention, short_list)
     scores = torch.as_tensor(scores, dtype=torch.float64).reshape(-1)
     labels = torch.as_tensor(labels, dtype=torch.float64).reshape(-1)
@@ -199,7 +200,7 @@ def format_table(means: dict[str, float], num_queries: int) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m rankers.evaluate",
+        prog="python -m differank.rankers.metrics.evaluate",
         description="LETOR-4.0-exact MAP / MeanNDCG / NDCG@k / P@k of a prediction file.",
     )
     parser.add_argument(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from losses.inputs import float_labels
+from differank.losses.inputs import float_labels
 
 NUM_LEVELS = 5
 """Default bound on a query's distinct label values, i.e. its :func:`label_levels` (LETOR 4.0

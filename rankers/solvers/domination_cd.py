@@ -1,7 +1,7 @@
 """Sparse linear domination ranker fitted by the thesis' batch coordinate descent (Algs. 1–7).
 
 The objective is the domination loss of a linear scorer ``f = X w`` averaged over the valid
-queries (``reduction="mean"`` of ``losses.domination``), plus ``l1·‖w‖₁ + l2·‖w‖²``
+queries (``reduction="mean"`` of ``differank.losses.domination``), plus ``l1·‖w‖₁ + l2·‖w‖²``
 (docs/objectives/domination.md#regularisation;
 the same meaning as ``RankingModule``'s ``l1``/``l2``). Each coordinate step minimises the
 quadratic upper bound ``L(w + δe_r) ≤ L(w) + g_r δ + β_r δ²/2`` with ``β_r = Σ_q m_q B_{q,r}``
@@ -29,9 +29,9 @@ import math
 import torch
 from torch.nn import functional as F
 
-from losses.domination import label_margins
-from losses.pairs import label_levels
-from rankers.linear import LinearRanker
+from differank.losses.algorithms.pairs import label_levels
+from differank.losses.domination import label_margins
+from differank.rankers.scorers.linear import LinearRanker
 
 NEG_INF = float("-inf")
 
@@ -55,7 +55,8 @@ def _scatter_logsumexp(values: torch.Tensor, index: torch.Tensor, size: int) -> 
 
 
 class DominationCD:
-    """Coordinate-descent domination ranker, a ``FullBatchSolver`` (see ``rankers/base.py``).
+    """Coordinate-descent domination ranker, a ``FullBatchSolver`` (see
+    ``rankers/scorers/base.py``).
 
     Args:
         n_features: F.
@@ -73,8 +74,8 @@ class DominationCD:
             ``(max_j x_jr − min_j x_jr)²/4`` (Popoviciu's bound on the variance), per query.
         negative_fraction: keep this fraction of each query's lowest layer (thesis' "Sampled"
             variant; drawn once per training set with ``seed``).
-        margin_scale, margin_offset, flat, pool: as in ``losses.domination.domination_loss``.
-        dtype: the solver's internal precision.
+        margin_scale, margin_offset, flat, pool: as in
+        ``differank.losses.domination.domination_loss``. dtype: the solver's internal precision.
 
     Example:
         >>> solver = DominationCD(n_features=2, l1=0.01)

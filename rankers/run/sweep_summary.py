@@ -2,11 +2,11 @@
 ``train.py`` returned, its test metrics and its time), written when the sweep ends.
 
 Configured in ``conf/hydra/default.yaml`` as a Hydra callback (``_target_:
-rankers.sweep_summary.SweepSummary``), so it works with any sweeper (basic grid, Optuna) and
-launcher (in-process, submitit): each job writes ``job.json`` into its own folder from the job's
-process, and the end of the sweep, in the launching process, gathers them into ``summary.csv``
-and ``summary.md`` in the sweep folder and prints the table. Part of the Hydra harness beside
-``rankers/module.py``: it imports Hydra and Rich, never the losses.
+differank.rankers.run.sweep_summary.SweepSummary``), so it works with any sweeper (basic grid,
+Optuna) and launcher (in-process, submitit): each job writes ``job.json`` into its own folder from
+the job's process, and the end of the sweep, in the launching process, gathers them into
+``summary.csv`` and ``summary.md`` in the sweep folder and prints the table. Part of the Hydra
+harness beside ``rankers/training/module.py``: it imports Hydra and Rich, never the losses.
 """
 
 from __future__ import annotations

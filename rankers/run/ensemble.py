@@ -1,11 +1,11 @@
 """Average the scores of several trained runs: an ensemble of checkpoints as one scorer.
 
-    python -m rankers.ensemble CKPT [CKPT ...] --out DIR [--weights W [W ...]] [--standardize]
-        [--data KEY=VALUE ...] [--ks 1 3 5 10]
+    python -m differank.rankers.run.ensemble CKPT [CKPT ...] --out DIR
+        [--weights W [W ...]] [--standardize] [--data KEY=VALUE ...] [--ks 1 3 5 10]
 
 Each checkpoint is rebuilt from the run config it carries (data, model, loss) and served behind
-its own feature transform and z-score (:func:`~rankers.export.serving_scorer`), so the members
-read raw features and may have been trained with different ``data.transform`` /
+its own feature transform and z-score (:func:`~differank.rankers.run.export.serving_scorer`), so the
+members read raw features and may have been trained with different ``data.transform`` /
 ``data.normalization`` settings (not ``query_minmax``). Rebuilding a member loads its training
 data (from the cache when it is warm) to recover the fitted transform. The ensemble scores the
 test split of the first member's data (raw features; ``--data data.root=DIR`` and other
@@ -18,8 +18,8 @@ standardising each member's scores within each query (zero mean, unit variance o
 documents), for members whose score scales differ (other losses or models).
 
 Example:
-    >>> from rankers.export import Scorer
-    >>> from rankers.linear import LinearRanker
+    >>> from differank.rankers.run.export import Scorer
+    >>> from differank.rankers.scorers.linear import LinearRanker
     >>> members = [Scorer(LinearRanker(2)), Scorer(LinearRanker(2))]
     >>> with torch.no_grad():
     ...     _ = members[0].ranker.linear.weight.fill_(1.0)
@@ -42,16 +42,17 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from rankers.base import Ranker
-from rankers.evaluate import evaluate_arrays
-from rankers.export import Scorer, serving_scorer, write_trec_run
+from differank.rankers.metrics.evaluate import evaluate_arrays
+from differank.rankers.run.export import Scorer, serving_scorer, write_trec_run
+from differank.rankers.scorers.base import Ranker
 
 
 class EnsembleRanker(Ranker):
     """The weighted mean of member scorers' scores (raw features in, like an exported scorer).
 
     Args:
-        members: scorers ``[B, L, F] -> [B, L]``, e.g. :class:`~rankers.export.Scorer`; one with
+        members: scorers ``[B, L, F] -> [B, L]``, e.g.
+        :class:`~differank.rankers.run.export.Scorer`; one with
             ``uses_mask`` is given the mask.
         weights: one per member, normalised to sum to 1 (None: equal).
         standardize: standardise each member's scores per query over the real documents first.
@@ -178,7 +179,7 @@ def write_run(out: Path, scores: torch.Tensor, datamodule, ks: Sequence[int]) ->
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m rankers.ensemble",
+        prog="python -m differank.rankers.run.ensemble",
         description="Average the test scores of several checkpoints; write predictions and "
         "LETOR metrics like a run.",
     )

@@ -10,7 +10,7 @@ bool ``[B, L]`` (True = real document; padded rows may hold anything, NaN includ
 ``python train.py task=predict ...`` writes the run file.
 
 Example:
-    >>> from rankers.linear import LinearRanker
+    >>> from differank.rankers.scorers.linear import LinearRanker
     >>> scorer = Scorer(LinearRanker(n_features=3), mean=torch.zeros(3), std=torch.ones(3))
     >>> scorer(torch.zeros(2, 4, 3)).shape
     torch.Size([2, 4])

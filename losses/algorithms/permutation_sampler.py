@@ -7,11 +7,12 @@ documents first, padded slots after (padding never enters positions ``0..n-1``).
 is batched over ``[B, S, L]`` orders without loops over queries, orders or chains; the only
 Python loops are the sampler's step loop and a loop over the few distinct label levels.
 
-Host reads follow the rule of ``losses.inputs``: on the CPU eager path :func:`query_tables` reads
-the number of label levels from the labels; given ``num_levels`` and compiled or on an
-accelerator it takes that bound instead, so nothing here reads a tensor value on the host and
-every shape comes from hyperparameters or input shapes (``torch.compile(fullgraph=True)`` works).
-Randomness comes from ``generator`` or, with ``generator=None``, the global RNG.
+Host reads follow the rule of ``differank.losses.inputs``: on the CPU eager path
+:func:`query_tables` reads the number of label levels from the labels; given ``num_levels`` and
+compiled or on an accelerator it takes that bound instead, so nothing here reads a tensor value on
+the host and every shape comes from hyperparameters or input shapes
+(``torch.compile(fullgraph=True)`` works). Randomness comes from ``generator`` or, with
+``generator=None``, the global RNG.
 
 Energy of an order y (docs/objectives/convex.md#the-loss): ``E(y) = Δ(y) + c(y)·s`` with
 ``c_i(y) = (2/|P|)(#{higher-labelled docs below i} - #{lower-labelled docs above i})``.
@@ -24,8 +25,8 @@ from typing import NamedTuple
 
 import torch
 
-from losses.inputs import may_read_values
-from losses.pairs import label_levels, random_options, sample_pairs
+from differank.losses.algorithms.pairs import label_levels, random_options, sample_pairs
+from differank.losses.inputs import may_read_values
 
 DELTAS = ("auc", "map", "ndcg")
 ACCEPTS = ("metropolis", "all")
@@ -63,11 +64,11 @@ def query_tables(
     """Precompute the per-query constants.
 
     The level count G sizes the per-level tables and loops. With ``num_levels=None``, or on the
-    CPU eager path (:func:`~losses.inputs.may_read_values`), G is read from the labels (one host
-    read; no bound). Otherwise (compiled or on an accelerator) G = ``num_levels``, with no host
-    read: a query with more distinct labels has its levels cut to ``num_levels - 1`` (its tables
-    stay in range but are wrong) and is flagged in ``overflow``, and the caller must discard its
-    result (ConvexLoss makes it NaN). Extra empty levels change no result.
+    CPU eager path (:func:`~differank.losses.inputs.may_read_values`), G is read from the labels
+    (one host read; no bound). Otherwise (compiled or on an accelerator) G = ``num_levels``, with no
+    host read: a query with more distinct labels has its levels cut to ``num_levels - 1`` (its
+    tables stay in range but are wrong) and is flagged in ``overflow``, and the caller must discard
+    its result (ConvexLoss makes it NaN). Extra empty levels change no result.
     """
     batch, length = labels.shape
     device = labels.device

@@ -21,7 +21,7 @@ K columns (a projected-Newton step), which is usually right or one swap away, so
 finish in one or two iterations; a singular ``G`` (K > F) starts classically instead, from the
 origin (cone) or the nearest vertex (simplex), which keeps every face affinely independent.
 
-The band ``λ_l ≤ Σw ≤ λ_u`` (see :mod:`losses.cone`) is the cone's solution where its mass
+The band ``λ_l ≤ Σw ≤ λ_u`` (see :mod:`differank.losses.cone`) is the cone's solution where its mass
 falls in the band, else the simplex of mass ``λ_u`` (or ``λ_l``).
 
 Cost: a face missing one or two of the K columns is a rank-1 or rank-2 downdate of the whole

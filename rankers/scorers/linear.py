@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rankers.base import Ranker
+from differank.rankers.scorers.base import Ranker
 
 
 class LinearRanker(Ranker):

@@ -22,10 +22,10 @@ class Ranker(nn.Module):
     * ``serving_ranker()``: what export writes (ConeRank: its equivalent linear scorer).
 
     A ranker whose scores depend on the other documents of the query (attention over the list,
-    :class:`~rankers.transformer.TransformerRanker`) sets ``uses_mask = True``: the modules then
-    call ``forward(features, mask)`` and ``loss_target(features, mask)`` with the batch mask
-    (bool [B, L], True = real document), and an exported scorer takes ``(features, mask)``.
-    Per-document rankers keep ``uses_mask = False`` and the one-argument calls.
+    :class:`~differank.rankers.scorers.transformer.TransformerRanker`) sets ``uses_mask = True``:
+    the modules then call ``forward(features, mask)`` and ``loss_target(features, mask)`` with the
+    batch mask (bool [B, L], True = real document), and an exported scorer takes ``(features,
+    mask)``. Per-document rankers keep ``uses_mask = False`` and the one-argument calls.
     """
 
     n_features: int

@@ -29,8 +29,8 @@ from functools import lru_cache
 
 import torch
 
-from losses.inputs import may_read_values
-from losses.pairs import label_levels
+from differank.losses.algorithms.pairs import label_levels
+from differank.losses.inputs import may_read_values
 
 MAX_DP_STATES = 10_000
 """Largest DP table accepted (C(k'+M, M) states); M = 6 levels at k = 10 is 8008."""
@@ -71,12 +71,13 @@ def query_levels(
     more than M distinct labels.
 
     The DP and y* fill positions from the highest label down, so level 0 is the query's highest
-    label here: :func:`~losses.pairs.label_levels` (0 = lowest) reversed within each query.
+    label here: :func:`~differank.losses.algorithms.pairs.label_levels` (0 = lowest) reversed within
+    each query.
 
     On the CPU eager path M is read from the labels (small tables, fast) and a query with more
     than ``num_levels`` distinct labels is a ValueError; compiled or on an accelerator (the
-    host-read rule of ``losses.inputs``) M = ``num_levels`` (static shapes, no sync) and such
-    queries are flagged in ``overflow`` (their documents below the M-th label get levels >= M,
+    host-read rule of ``differank.losses.inputs``) M = ``num_levels`` (static shapes, no sync) and
+    such queries are flagged in ``overflow`` (their documents below the M-th label get levels >= M,
     in no level's table). ``num_levels=None`` means no bound: M is always read.
 
     Shape:

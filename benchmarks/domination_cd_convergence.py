@@ -1,13 +1,13 @@
 """Coordinate-descent domination ranker on MQ2008: time to convergence and non-zero weights,
 with and without feature induction (thesis Alg. 7), hyperparameters chosen on validation.
 
-    python benchmarks/domination_cd.py [--folds 1 2 3 4 5] [--l1 0 0.001 0.003 0.01]
+    python benchmarks/domination_cd_convergence.py [--folds 1 2 3 4 5] [--l1 0 0.001 0.003 0.01]
 
 For every fold and variant the solver runs to convergence once per ``l1`` value on the training
 split (z-scored features, as ``data=mq2008``); the ``l1`` with the best validation MAP is kept
-and its test metrics reported. MAP here is :func:`rankers.metrics.letor_metrics` over the served
-queries of the split (the same per-query definition as train.py's ``test_metrics.json``). Prints
-markdown tables: one row per fold and variant, and the means.
+and its test metrics reported. MAP here is :func:`differank.rankers.metrics.letor.letor_metrics`
+over the served queries of the split (the same per-query definition as train.py's
+``test_metrics.json``). Prints markdown tables: one row per fold and variant, and the means.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from pathlib import Path
 import measure
 import torch
 
-from datamodules.letor import LetorDataModule
-from rankers.domination_cd import DominationCD
-from rankers.metrics import letor_metrics
+from differank.datamodules.letor import LetorDataModule
+from differank.rankers.metrics.letor import letor_metrics
+from differank.rankers.solvers.domination_cd import DominationCD
 
 ROOT = Path(__file__).resolve().parents[1]
 

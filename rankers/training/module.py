@@ -1,10 +1,10 @@
 """Where rankers, losses, metrics and Lightning meet: the training and evaluation modules.
 
-``RankingModule`` trains any :class:`~rankers.base.Ranker` with any loss by gradient steps;
-``FullBatchModule`` trains with a full-batch solver (coordinate descent, cutting planes). Both
-share :class:`EvaluationModule`: LETOR-exact validation/test metrics and the test scores that
-``train.py`` writes as a prediction file. :class:`RunConsole` and :class:`ProgressBar` are the
-callbacks that make a run readable while it trains (``conf/callbacks/default.yaml``).
+``RankingModule`` trains any :class:`~differank.rankers.scorers.base.Ranker` with any loss by
+gradient steps; ``FullBatchModule`` trains with a full-batch solver (coordinate descent, cutting
+planes). Both share :class:`EvaluationModule`: LETOR-exact validation/test metrics and the test
+scores that ``train.py`` writes as a prediction file. :class:`RunConsole` and :class:`ProgressBar`
+are the callbacks that make a run readable while it trains (``conf/callbacks/default.yaml``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
-from rankers.base import FullBatchSolver, Ranker
-from rankers.metrics import LetorMetric
+from differank.rankers.metrics.letor import LetorMetric
+from differank.rankers.scorers.base import FullBatchSolver, Ranker
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +240,8 @@ class RankingModule(EvaluationModule):
 
 
 class FullBatchModule(EvaluationModule):
-    """A ranker fitted by a :class:`~rankers.base.FullBatchSolver`, one outer iteration per epoch.
+    """A ranker fitted by a :class:`~differank.rankers.scorers.base.FullBatchSolver`, one outer
+    iteration per epoch.
 
     Each epoch takes one solver step on the whole training split (``datamodule.full_batch``);
     training stops early once the solver reports convergence. Checkpoints, logging, validation

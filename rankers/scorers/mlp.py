@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from rankers.base import Ranker
+from differank.rankers.scorers.base import Ranker
 
 
 class MLPRanker(Ranker):

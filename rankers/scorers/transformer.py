@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rankers.base import Ranker
+from differank.rankers.scorers.base import Ranker
 
 
 def _check(name: str, value: int, minimum: int = 1) -> int:

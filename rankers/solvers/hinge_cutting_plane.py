@@ -8,8 +8,8 @@ objective the gradient path minimises with Adam's (coupled) ``weight_decay``::
 
 i.e. the paper's ``λ/2‖w‖² + Σ_q ξ_q`` with ``λ = Q·weight_decay`` (Q = valid training queries).
 Each :meth:`HingeCuttingPlane.fit_step` is one round of Algorithm 1 over all queries: exact
-loss-augmented inference (``losses.hinge.hinge_inference``, the batched label-level DP) finds
-each query's most violated ranking ŷ, every constraint violated by more than ``epsilon`` joins
+loss-augmented inference (``differank.losses.hinge.hinge_inference``, the batched label-level DP)
+finds each query's most violated ranking ŷ, every constraint violated by more than ``epsilon`` joins
 its query's working set, and the dual QP over the working sets (report eq. 13),
 
     max_α  Σ α_qj Δ_qj − 1/(2λ)·‖Σ α_qj a_qj‖²,   α ≥ 0,  Σ_j α_qj ≤ 1 per query,
@@ -37,8 +37,8 @@ import math
 
 import torch
 
-from losses.hinge import YSTARS, hinge_inference
-from rankers.linear import LinearRanker
+from differank.losses.hinge import YSTARS, hinge_inference
+from differank.rankers.scorers.linear import LinearRanker
 
 
 class HingeCuttingPlane:

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 import torch
 import torchmetrics
 
-from losses.inputs import check_list_inputs
+from differank.losses.inputs import check_list_inputs
 
 CONVENTIONS = ("letor", "trec")
 SHORT_LIST_RULES = ("zero", "ndcg_at_n")

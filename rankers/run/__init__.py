@@ -1,0 +1,1 @@
+"""The run layer: export, checkpoint ensembles and the sweep summary (Hydra callback)."""

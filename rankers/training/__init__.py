@@ -1,0 +1,2 @@
+"""The Lightning layer: the training modules and their callbacks (the only room that imports
+Lightning)."""
