@@ -1,10 +1,14 @@
 """Every option of every config group composes and instantiates; every model/loss pair either
 builds or fails with the compatibility message; every experiment composes and runs with
 fast_dev_run; configs compose rather than copy (hinge_k10 is hinge, the cutting-plane solver and
-ConeRank follow their loss's values, the Optuna searches share one sweeper header); a loss
-brings its validated setting; data resolves against $LETOR_DIR, else the project."""
+ConeRank follow their loss's values, the Optuna searches share one sweeper header); a loss's
+validated setting comes only from the experiment the user names (no lookup by model and loss);
+the deprecated ``+objective=`` names still compose and warn; one file per callback; ``--help``
+lists the groups from the configs; data resolves against $LETOR_DIR, else the project."""
 
 import importlib.util
+import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -175,30 +179,87 @@ def test_every_hparams_search_composes_with_the_shared_sweeper_header(train_conf
     assert not set(search) & set(HEADER), "the header belongs in the shared sweeper config"
 
 
-def test_a_loss_brings_its_validated_setting_to_the_linear_model(train_config):
+def test_a_validated_setting_comes_only_from_the_experiment_the_user_names(train_config):
     def model(overrides):
         return OmegaConf.to_container(train_config(overrides).model)
 
-    # loss=X alone runs what experiment=<X's validated row> runs (README's commands)
-    assert model(["loss=hinge"]) == model(["experiment=hinge_k10"])
-    assert model(["loss=hinge"])["optimizer"] | {"_partial_": True} == {
+    # loss=hinge alone trains with the linear model's optimizer, as every other loss does
+    linear = model(["loss=ranknet"])["optimizer"]
+    assert model(["loss=hinge"])["optimizer"] == linear
+    assert (linear["lr"], linear["weight_decay"]) == (0.01, 0.0)
+    # the validated setting is in the file the user names (conf/loss/hinge.yaml points there)
+    assert model(["experiment=hinge"])["optimizer"] | {"_partial_": True} == {
         "_target_": "torch.optim.Adam",
         "_partial_": True,
         "lr": 0.001,
         "weight_decay": 0.01,
     }
-    # the domination default keeps the README's measured setting (lr 0.01, no ℓ2)
-    assert model(["loss=domination"])["optimizer"]["lr"] == 0.01
-    assert model(["loss=ranknet"])["optimizer"]["lr"] == 0.01  # no tuned file: model defaults
-    assert model(["loss=hinge", "model.optimizer.lr=0.5"])["optimizer"]["lr"] == 0.5  # CLI wins
-    assert model(["model=mlp", "loss=hinge"])["optimizer"]["weight_decay"] == 0.0
+    assert "experiment=hinge" in (CONF / "loss" / "hinge.yaml").read_text()
+    other_data = train_config(["experiment=hinge", "data=synthetic"])
+    assert other_data.hydra.runtime.choices.data == "synthetic"
+    assert other_data.model.optimizer.weight_decay == 0.01
+    assert model(["experiment=hinge", "model.optimizer.lr=0.5"])["optimizer"]["lr"] == 0.5
     assert "optimizer" not in model(["experiment=hinge_k10_cutting_plane"])
 
 
-def test_every_tuned_file_names_a_model_and_a_loss():
-    for name in options("tuned"):
-        model, loss = name.split("_", 1)
-        assert model in options("model") and loss in options("loss"), name
+def test_no_config_is_chosen_by_interpolating_other_choices():
+    """conf/train.yaml's defaults name fixed options: no ``optional x: ${model}_${loss}``."""
+    defaults = OmegaConf.load(CONF / "train.yaml").defaults
+    assert not [entry for entry in defaults if "${" in str(entry)], defaults
+    assert not (CONF / "tuned").exists()
+
+
+DEPRECATED_OBJECTIVES = {"cone": "conerank"} | {
+    loss: "linear" for loss in ("convex", "domination", "hinge", "listnet", "ranknet")
+}
+
+
+@pytest.mark.parametrize("objective", options("objective"))
+def test_a_deprecated_objective_composes_its_pair_and_warns(train_config, objective):
+    """``+objective=NAME`` (kept one release) is ``model=M loss=NAME``; resolving the run's
+    config, as train.py does, warns with the replacement."""
+    model = DEPRECATED_OBJECTIVES[objective]
+    old = train_config([f"+objective={objective}"])
+    new = train_config([f"model={model}", f"loss={objective}"])
+    assert (old.model, old.loss) == (new.model, new.loss)
+    with pytest.warns(
+        UserWarning,
+        match=rf"\+objective={objective} is deprecated.*"
+        rf"use model={model} loss={objective}",
+    ):
+        resolved(old)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        resolved(new)  # the replacement does not warn
+
+
+def test_each_callback_is_its_own_file_and_default_lists_them(train_config):
+    default = OmegaConf.load(CONF / "callbacks" / "default.yaml")
+    assert set(default) == {"defaults"}, "default.yaml only lists the callback files"
+    singles = [name for name in options("callbacks") if name not in ("default", "none")]
+    assert sorted(default.defaults) == singles
+    composed = train_config([]).callbacks
+    assert list(composed) == list(default.defaults)
+    for name in singles:
+        node = OmegaConf.load(CONF / "callbacks" / f"{name}.yaml")
+        assert list(node) == [name], f"callbacks/{name}.yaml defines one callback, {name}"
+        assert OmegaConf.to_container(composed[name]) == OmegaConf.to_container(node[name])
+
+
+def test_help_lists_the_groups_from_the_configs_and_names_only_real_options(tmp_path):
+    """``--help`` lists every group's options by Hydra's own ``$APP_CONFIG_GROUPS``; every
+    ``GROUP=OPTION`` it mentions exists and no removed group (``tuned``) is named."""
+    from train import compose_run
+
+    template = compose_run([], tmp_path).hydra.help.template
+    assert "$APP_CONFIG_GROUPS" in template and "$CONFIG" in template
+    assert "tuned" not in template
+    groups = {path.name for path in CONF.iterdir() if path.is_dir()}
+    mentioned = re.findall(r"\+?\b([a-z_]+)=([a-z_0-9]+)\b", template)
+    checked = [(group, option) for group, option in mentioned if group in groups]
+    assert len(checked) >= 5, checked
+    for group, option in checked:
+        assert option in options(group) or option in ("NAME", "OPTION"), f"{group}={option}"
 
 
 def test_mq2008_resolves_against_letor_dir_else_the_project_never_the_cwd(
