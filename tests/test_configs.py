@@ -233,6 +233,16 @@ def test_a_deprecated_objective_composes_its_pair_and_warns(train_config, object
         resolved(new)  # the replacement does not warn
 
 
+def test_no_config_uses_the_deprecated_objective_group():
+    """Only the user's own ``+objective=`` warns: no shipped config composes ``/objective``."""
+    users = [
+        path.relative_to(CONF).as_posix()
+        for path in CONF.rglob("*.yaml")
+        if path.parent.name != "objective" and re.search(r"/objective\b", path.read_text())
+    ]
+    assert not users, users
+
+
 def test_each_callback_is_its_own_file_and_default_lists_them(train_config):
     default = OmegaConf.load(CONF / "callbacks" / "default.yaml")
     assert set(default) == {"defaults"}, "default.yaml only lists the callback files"
