@@ -18,7 +18,8 @@ import torch
 
 from differank.datamodules.reader import write_letor
 from tests.conftest import MQ2008, ROOT, TINY_DATA, requires_mq2008
-from train import compose_run, restore_run, train
+from differank.rankers.run.restore import restore_run
+from train import compose_run, train
 
 TINY = [
     *TINY_DATA,

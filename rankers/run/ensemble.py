@@ -38,13 +38,19 @@ from pathlib import Path
 
 import torch
 import yaml
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from differank.rankers.metrics.evaluate import evaluate_arrays
-from differank.rankers.run.export import Scorer, serving_scorer, write_trec_run
+from differank.rankers.run.export import Scorer
+from differank.rankers.run.restore import load_ranker
+from differank.rankers.run.scoring import score_split, write_predictions
 from differank.rankers.scorers.base import Ranker
+from differank.rankers.training.checkpoints import (
+    build,
+    check_restorable,
+    load_checkpoint,
+    run_record,
+)
 
 
 class EnsembleRanker(Ranker):
@@ -118,63 +124,21 @@ def _override(config: DictConfig, assignments: Sequence[str]) -> None:
 
 
 def load_member(path: str | Path) -> Scorer:
-    """The raw-feature scorer of a checkpoint written by ``train.py`` (its run config rebuilds
-    data, model and loss; the data gives the fitted transform and z-score), in eval mode."""
-    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    record = checkpoint.get("differank")
-    if record is None:
-        raise ValueError(f"{path} carries no run config (saved by an older differank)")
-    config = OmegaConf.create(record["config"])
-    datamodule = instantiate(config.data)
-    loss = instantiate(config.loss)
-    model = instantiate(config.model, loss=loss, n_features=datamodule.n_features)
-    model.load_state_dict(checkpoint["state_dict"])
-    return serving_scorer(model.ranker, datamodule).eval()
+    """The raw-feature scorer of a checkpoint written by ``train.py``, from the file alone (its
+    allowlisted config, weights and serving record), in eval mode."""
+    return load_ranker(path)
 
 
 def evaluation_data(path: str | Path, overrides: Sequence[str] = ()):
     """The data module of the checkpoint's run with raw features (no transform, no
-    normalization), ``overrides`` (``data.KEY=VALUE``) applied."""
-    record = torch.load(path, map_location="cpu", weights_only=True).get("differank")
-    if record is None:
-        raise ValueError(f"{path} carries no run config (saved by an older differank)")
-    config = OmegaConf.create({"data": record["config"]["data"]})
-    OmegaConf.update(config, "data.normalization", "none")
-    OmegaConf.update(config, "data.transform", "none", force_add=True)
-    _override(config, overrides)
-    return instantiate(config.data)
-
-
-@torch.no_grad()
-def score_split(ranker: nn.Module, datamodule, split: str = "test") -> torch.Tensor:
-    """``ranker(features, mask)`` of every row of ``split``, float64 [rows] in source-file order."""
-    rows, values = [], []
-    loader = {"test": datamodule.test_dataloader, "val": datamodule.val_dataloader}[split]()
-    for batch in loader:
-        scores = ranker(batch["features"], batch["mask"])
-        rows.append(batch["doc_index"][batch["mask"]])
-        values.append(scores[batch["mask"]])
-    rows_, values_ = torch.cat(rows), torch.cat(values).to(torch.float64)
-    num_rows = datamodule.num_rows(split)
-    if bool((torch.bincount(rows_, minlength=num_rows) != 1).any()):
-        raise RuntimeError(f"the {split} loader did not give every row exactly once")
-    by_row = torch.empty(num_rows, dtype=torch.float64)
-    by_row[rows_] = values_
-    return by_row
-
-
-def write_run(out: Path, scores: torch.Tensor, datamodule, ks: Sequence[int]) -> dict[str, float]:
-    """A run's test outputs: predictions/test.{txt,sources,run} and test_metrics.json."""
-    predictions = out / "predictions"
-    predictions.mkdir(parents=True, exist_ok=True)
-    (predictions / "test.txt").write_text("".join(f"{s:.17g}\n" for s in scores.tolist()))
-    sources = datamodule.split_files("test")
-    (predictions / "test.sources").write_text("".join(f"{path}\n" for path in sources))
-    split = datamodule.split_data("test")
-    write_trec_run(predictions / "test.run", split.qids.tolist(), split.docids.tolist(), scores)
-    values = evaluate_arrays(scores, split.labels, split.qids, ks=ks)
-    (out / "test_metrics.json").write_text(json.dumps(values, indent=2) + "\n")
-    return values
+    normalization), ``overrides`` (``data.KEY=VALUE``) applied; built by the guarded builder."""
+    config = run_record(load_checkpoint(path), path)["config"]
+    check_restorable(config.get("data"), "data")
+    data = OmegaConf.create({"data": config["data"]})
+    OmegaConf.update(data, "data.normalization", "none")
+    OmegaConf.update(data, "data.transform", "none", force_add=True)
+    _override(data, overrides)
+    return build(OmegaConf.to_container(data.data, resolve=True), "data")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -205,8 +169,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"the members read {ensemble.n_features} features, the evaluation data has "
                 f"{datamodule.n_features}"
             )
-        scores = score_split(ensemble, datamodule)
-        values = write_run(args.out, scores, datamodule, args.ks)
+        scores = score_split(ensemble, datamodule.split_data("test"))
+        values = write_predictions(
+            args.out, scores, datamodule.split_data("test"), evaluate=True, ks=args.ks
+        )
     except (ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
