@@ -85,7 +85,7 @@ def test_conerank_serves_as_its_linear_scorer_in_onnx(tmp_path):
         str(export_onnx(scorer, tmp_path / "scorer.onnx")), providers=["CPUExecutionProvider"]
     )
     features = torch.randn(3, 17, 46)
-    eager = cone((features - scorer.mean) / scorer.std)
+    eager = cone(((features - scorer.mean) / scorer.std).float())
     served = torch.from_numpy(session.run(None, {"features": features.numpy()})[0])
     torch.testing.assert_close(served, eager, rtol=1e-4, atol=1e-4)
 

@@ -98,9 +98,11 @@ def serving_record(datamodule) -> dict[str, Any]:
     }
 
 
-def serving_scorer(ranker: nn.Module, serving: dict[str, Any]) -> Scorer:
+def serving_scorer(ranker: nn.Module, serving) -> Scorer:
     """``ranker``'s serving form behind the fitted feature transform and z-score of a
-    :func:`serving_record`: a scorer of raw features."""
+    :func:`serving_record` (or of a set-up data module): a scorer of raw features."""
+    if not isinstance(serving, dict):
+        serving = serving_record(serving)
     if serving["normalization"] == "query_minmax":
         raise ValueError(
             "a scorer of raw features folds in z-score statistics only; train with "
