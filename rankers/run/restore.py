@@ -34,15 +34,14 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from differank.rankers.run.export import Scorer, serving_scorer
 from differank.rankers.training.checkpoints import (
+    RESTORED,
     build,
-    check_restorable,
     load_checkpoint,
     rebuild_module,
     run_record,
     serving_statistics,
 )
 
-RESTORED = ("data", "model", "loss")  # what test / predict / export take from the checkpoint
 log = logging.getLogger(__name__)
 
 
@@ -80,9 +79,7 @@ def restore_run(cfg: DictConfig, checkpoint: dict, path: str | Path) -> DictConf
             path,
         )
         return cfg
-    config = run_record(checkpoint, path)["config"]
-    for group in RESTORED:
-        check_restorable(config.get(group), group)
+    config = run_record(checkpoint, path)["config"]  # checked before it joins cfg
     chosen = OverridesParser.create().parse_overrides(list(HydraConfig.get().overrides.task))
     cfg = cfg.copy()
     with open_dict(cfg):

@@ -17,7 +17,7 @@ Public API::
     load_checkpoint(path) -> dict         # torch.load(weights_only=True) with clear errors
     check_restorable(node, where)         # raises UnsafeCheckpointError, runs nothing
     build(node, where, **extra)           # check, then instantiate (``_partial_`` -> partial)
-    run_record(checkpoint, path) -> dict  # checkpoint["differank"], or a clear error
+    run_record(checkpoint, path) -> dict  # checkpoint["differank"], checked
     rebuild_module(checkpoint, path)      # the trained Lightning module, weights loaded, eval
 """
 
@@ -60,6 +60,7 @@ ALLOWED_TARGETS = frozenset(
     }
 )
 TARGET, PARTIAL = "_target_", "_partial_"
+RESTORED = ("data", "model", "loss")  # the config groups a checkpoint's run is rebuilt from
 
 
 class UnsafeCheckpointError(ValueError):
@@ -151,13 +152,17 @@ def _make(node: Any, extra: dict[str, Any]) -> Any:
 
 
 def run_record(checkpoint: dict[str, Any], path: str | Path) -> dict[str, Any]:
-    """The run record ``train.py`` saved with ``checkpoint``; a clear error when it has none."""
+    """The run record ``train.py`` saved with ``checkpoint``, its data, model and loss configs
+    checked by :func:`check_restorable` (the whole record is refused if any is tampered with,
+    whichever of them a task needs); a clear error when it has none."""
     record = checkpoint.get("differank")
     if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
         raise ValueError(
             f"{path} carries no run record (saved by an older differank or outside train.py): "
             "its model cannot be rebuilt from the file alone"
         )
+    for group in RESTORED:
+        check_restorable(record["config"].get(group), group)
     return record
 
 
