@@ -150,11 +150,12 @@ def export_onnx(scorer: Scorer, path: str | Path, opset: int = 18) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     names = ["features", "mask"] if scorer.uses_mask else ["features"]
+    served = _NonEmptyLists(scorer) if scorer.uses_mask else scorer
     with warnings.catch_warnings(), torch.no_grad():
         # features and mask share their two dynamic axes, which the exporter reports
         warnings.filterwarnings("ignore", message=r"# The axis name: .* will not be used")
         torch.onnx.export(
-            scorer.eval(),
+            served.eval(),
             _example(scorer),
             str(path),
             input_names=names,
@@ -164,7 +165,26 @@ def export_onnx(scorer: Scorer, path: str | Path, opset: int = 18) -> Path:
             dynamo=True,
             verbose=False,
         )
+    weights = path.with_name(path.name + ".data")  # the exporter's external-data file
+    if weights.is_file() and weights.stat().st_size == 0:  # every weight fitted inline
+        weights.unlink()
     return path
+
+
+class _NonEmptyLists(nn.Module):
+    """A list-attending scorer with one masked-out slot appended (and its score dropped): ONNX
+    ``Reshape`` reads a 0 in a target shape as "keep this dimension", so the attention's
+    reshapes fail on lists of length 0 unless the graph never sees one."""
+
+    def __init__(self, scorer: Scorer) -> None:
+        super().__init__()
+        self.scorer = scorer
+
+    def forward(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        slot = features.new_zeros(features.shape[0], 1, features.shape[2])
+        padded = torch.cat([features, slot], dim=1)
+        scores = self.scorer(padded, torch.cat([mask, mask.new_zeros(mask.shape[0], 1)], dim=1))
+        return scores[:, : features.shape[1]]
 
 
 def write_trec_run(
