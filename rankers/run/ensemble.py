@@ -1,21 +1,23 @@
 """Average the scores of several trained runs: an ensemble of checkpoints as one scorer.
 
     python -m differank.rankers.run.ensemble CKPT [CKPT ...] --out DIR
-        [--weights W [W ...]] [--standardize] [--data KEY=VALUE ...] [--ks 1 3 5 10]
+        [--weights W [W ...]] [--scores standardized|raw] [--files F [F ...]]
+        [--data KEY=VALUE ...] [--ks 1 3 5 10]
 
-Each checkpoint is rebuilt from the run config it carries (data, model, loss) and served behind
-its own feature transform and z-score (:func:`~differank.rankers.run.export.serving_scorer`), so the
+Each checkpoint is rebuilt from the file alone (:func:`differank.load_ranker`: its allowlisted
+config, weights and serving record) behind its own feature transform and z-score, so the
 members read raw features and may have been trained with different ``data.transform`` /
-``data.normalization`` settings (not ``query_minmax``). Rebuilding a member loads its training
-data (from the cache when it is warm) to recover the fitted transform. The ensemble scores the
-test split of the first member's data (raw features; ``--data data.root=DIR`` and other
-``data.*`` overrides change it) and writes what a run writes: ``DIR/predictions/test.txt``,
-``test.sources``, ``test.run``, ``DIR/test_metrics.json``, plus ``DIR/ensemble.json`` (members,
-weights).
+``data.normalization`` settings (not ``query_minmax``). The ensemble scores ``--files`` (any
+LETOR files), else the test split of the first member's data (raw features; ``--data
+data.root=DIR`` and other ``data.*`` overrides change it), and writes what a run writes:
+``DIR/predictions/test.{txt,sources,run,qrels}``, ``DIR/test_metrics.json``, plus
+``DIR/ensemble.json`` (members, weights, scores).
 
-Scores are averaged as they are (weights default to equal), or with ``--standardize`` after
-standardising each member's scores within each query (zero mean, unit variance over the real
-documents), for members whose score scales differ (other losses or models).
+By default each member's scores are standardised within each query (zero mean, unit variance
+over the real documents) before the weighted mean (weights default to equal), so members whose
+score scales differ (other losses or models) count as weighted. ``--scores raw`` averages them as
+they are, and warns when the members' scales (mean per-query standard deviation) differ more
+than ``SCALE_WARNING`` times: the mean is then mostly the largest-scale member.
 
 Example:
     >>> from differank.rankers.run.export import Scorer
@@ -24,7 +26,7 @@ Example:
     >>> with torch.no_grad():
     ...     _ = members[0].ranker.linear.weight.fill_(1.0)
     ...     _ = members[1].ranker.linear.weight.fill_(3.0)
-    >>> EnsembleRanker(members)(torch.ones(1, 2, 2)).tolist()
+    >>> EnsembleRanker(members, standardize=False)(torch.ones(1, 2, 2)).tolist()
     [[4.0, 4.0]]
 """
 
@@ -33,9 +35,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -43,13 +47,15 @@ from torch import nn
 
 from differank.rankers.run.export import Scorer
 from differank.rankers.run.restore import load_ranker
-from differank.rankers.run.scoring import score_split, write_predictions
+from differank.rankers.run.scoring import read_letor_files, score_split, write_predictions
 from differank.rankers.scorers.base import Ranker
 from differank.rankers.training.checkpoints import (
     build,
     load_checkpoint,
     run_record,
 )
+
+SCALE_WARNING = 10.0  # raw scores of members this many times apart in scale: warn
 
 
 class EnsembleRanker(Ranker):
@@ -60,7 +66,8 @@ class EnsembleRanker(Ranker):
         :class:`~differank.rankers.run.export.Scorer`; one with
             ``uses_mask`` is given the mask.
         weights: one per member, normalised to sum to 1 (None: equal).
-        standardize: standardise each member's scores per query over the real documents first.
+        standardize: standardise each member's scores per query over the real documents first
+            (default); False averages raw scores.
 
     Shape:
         features: [B, L, F], mask: bool [B, L] or None -> scores [B, L], 0 at padded slots.
@@ -72,7 +79,7 @@ class EnsembleRanker(Ranker):
         self,
         members: Sequence[nn.Module],
         weights: Sequence[float] | None = None,
-        standardize: bool = False,
+        standardize: bool = True,
     ) -> None:
         super().__init__()
         if not members:
@@ -139,6 +146,31 @@ def evaluation_data(path: str | Path, overrides: Sequence[str] = ()):
     return build(OmegaConf.to_container(data.data, resolve=True), "data")
 
 
+def member_scales(members: Sequence[nn.Module], split) -> list[float]:
+    """Each member's score scale on ``split``: the mean over queries (of two or more documents)
+    of the standard deviation of its scores."""
+    queries = [rows for rows in split.query_rows if len(rows) > 1]
+    scales = []
+    for member in members:
+        scores = score_split(member, split).numpy()
+        scales.append(float(np.mean([scores[rows].std() for rows in queries])) if queries else 0.0)
+    return scales
+
+
+def check_scales(paths: Sequence[str], scales: Sequence[float], standardize: bool) -> None:
+    """Warn when raw scores of members on scales ``SCALE_WARNING`` times apart are averaged."""
+    positive = [scale for scale in scales if scale > 0]
+    if standardize or len(positive) < 2 or max(positive) < SCALE_WARNING * min(positive):
+        return
+    shown = ", ".join(f"{path}: {scale:.4g}" for path, scale in zip(paths, scales, strict=True))
+    warnings.warn(
+        f"averaging raw scores of members whose scales differ {max(positive) / min(positive):.0f}"
+        f"x ({shown}; mean per-query std): the ensemble is mostly the largest-scale member. "
+        "Drop --scores raw to standardise each member's scores per query first",
+        stacklevel=2,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m differank.rankers.run.ensemble",
@@ -148,7 +180,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("checkpoints", nargs="+", metavar="CKPT")
     parser.add_argument("--out", type=Path, required=True, help="folder for the outputs")
     parser.add_argument("--weights", nargs="+", type=float, default=None)
-    parser.add_argument("--standardize", action="store_true", help="per-query z-score first")
+    parser.add_argument(
+        "--scores",
+        choices=("standardized", "raw"),
+        default="standardized",
+        help="standardized (default): per-query z-score of each member first; raw: as they are",
+    )
+    parser.add_argument("--standardize", action="store_true", help="deprecated: the default")
+    parser.add_argument("--files", nargs="+", default=None, help="LETOR files to score")
     parser.add_argument(
         "--data",
         nargs="+",
@@ -158,26 +197,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--ks", nargs="+", type=int, default=[1, 3, 5, 10])
     args = parser.parse_args(argv)
+    if args.standardize:
+        warnings.warn(
+            "--standardize is the default now and will be removed; drop it",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+    standardize = args.scores == "standardized"
     try:
         members = [load_member(path) for path in args.checkpoints]
-        ensemble = EnsembleRanker(members, args.weights, args.standardize).eval()
-        datamodule = evaluation_data(args.checkpoints[0], args.data)
-        if datamodule.n_features != ensemble.n_features:
-            raise ValueError(
-                f"the members read {ensemble.n_features} features, the evaluation data has "
-                f"{datamodule.n_features}"
-            )
-        scores = score_split(ensemble, datamodule.split_data("test"))
-        values = write_predictions(
-            args.out, scores, datamodule.split_data("test"), evaluate=True, ks=args.ks
-        )
+        ensemble = EnsembleRanker(members, args.weights, standardize).eval()
+        if args.files:
+            split = read_letor_files(args.files, ensemble.n_features)
+        else:
+            datamodule = evaluation_data(args.checkpoints[0], args.data)
+            if datamodule.n_features != ensemble.n_features:
+                raise ValueError(
+                    f"the members read {ensemble.n_features} features, the evaluation data has "
+                    f"{datamodule.n_features}"
+                )
+            split = datamodule.split_data("test")
+        scales = member_scales(members, split)
+        check_scales(args.checkpoints, scales, standardize)
+        scores = score_split(ensemble, split)
+        values = write_predictions(args.out, scores, split, evaluate=True, ks=args.ks)
     except (ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     record = {
         "checkpoints": [str(Path(path).resolve()) for path in args.checkpoints],
         "weights": list(ensemble.weights),
-        "standardize": args.standardize,
+        "scores": args.scores,
+        "member_scales": scales,
     }
     (args.out / "ensemble.json").write_text(json.dumps(record, indent=2) + "\n")
     print(json.dumps(values, indent=2))
