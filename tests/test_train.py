@@ -150,6 +150,8 @@ HELP_TOPICS = (
     "LETOR_DIR",
     "python -m differank.datamodules.download",
     "allow_data_mismatch",
+    "files=[a.txt,b.txt]",
+    "predictions/test.qrels",
 )
 
 

@@ -148,15 +148,10 @@ def score_files(cfg: DictConfig, checkpoint: dict, run_dir: Path, files: list[st
     """test / predict on LETOR files given on the command line, with the checkpoint's own
     feature transform and statistics (no fold layout, no training data)."""
     scorer, module = scorer_from_checkpoint(checkpoint, cfg.ckpt_path)
-    data = checkpoint["differank"]["config"].get("data", {})
-    options = {key: cfg.data.get(key, data.get(key)) for key in ("nan_policy", "null_value")}
-    split = read_letor_files(
-        files,
-        scorer.n_features,
-        nan_policy=options["nan_policy"] or "error",
-        null_value=options["null_value"],
-    )
-    scores = score_split(scorer, split, batch_size=int(data.get("eval_batch_size") or 128))
+    data = restore_run(cfg, checkpoint, cfg.ckpt_path).data  # the run's reading options
+    nan_policy, null_value = data.get("nan_policy", "error"), data.get("null_value")
+    split = read_letor_files(files, scorer.n_features, nan_policy, null_value)
+    scores = score_split(scorer, split, batch_size=data.get("eval_batch_size", 128))
     weights = describe_checkpoint(checkpoint, cfg.monitor)
     metrics = write_predictions(
         run_dir, scores, split, evaluate=cfg.task == "test", ks=module.test_metrics.ks
