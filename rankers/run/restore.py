@@ -4,10 +4,10 @@ model and scorer, for ``train.py``'s ``task=test|predict|export``, the ensemble 
 
 A checkpoint is data, never code: its config is rebuilt only by
 :func:`differank.rankers.training.checkpoints.build` (allowlisted classes, checked before
-anything runs; docs/architecture.md#the-run-layer-and-its-trust-model). Every checkpoint carries a fingerprint of its
-data (content sha256, feature count, normalization statistics) and a serving record (feature
-count, fitted feature transform, float64 z-score statistics), so a trained model scores raw
-LETOR features from the file alone.
+anything runs; docs/architecture.md#the-run-layer-and-its-trust-model). Every checkpoint carries
+a fingerprint of its data (content sha256, feature count, normalization statistics) and a
+serving record (feature count, fitted feature transform, float64 z-score statistics), so a
+trained model scores raw LETOR features from the file alone.
 
 Public API::
 
