@@ -270,3 +270,20 @@ def test_a_clean_checkpoint_still_loads(clean_checkpoint, tmp_path):
     ranker = differank.load_ranker(path)
     assert ranker(torch.zeros(2, 3, 46), torch.ones(2, 3, dtype=torch.bool)).shape == (2, 3)
     assert isinstance(RankingModule.load_from_checkpoint(path), RankingModule)
+
+
+def test_a_checkpoint_cannot_choose_where_data_is_written(clean_checkpoint, tmp_path):
+    """The synthetic data module writes its fold into ``root``: a checkpoint pointing it at a
+    user's data folder would overwrite Fold1/*.txt. Restored, it writes into the cache."""
+    users = tmp_path / "MQ2008" / "Fold1"
+    users.mkdir(parents=True)
+    for name in ("train.txt", "vali.txt", "test.txt"):
+        (users / name).write_text("keep me\n")
+    checkpoint = copy.deepcopy(clean_checkpoint)
+    checkpoint["differank"]["config"]["data"]["root"] = str(users.parent)
+    torch.save(checkpoint, tmp_path / "aimed.ckpt")
+    overrides = ["task=predict", f"ckpt_path={tmp_path / 'aimed.ckpt'}", "logger=csv"]
+    train(compose_run(overrides, tmp_path / "run"), tmp_path / "run")
+    assert all((users / name).read_text() == "keep me\n" for name in ("train.txt", "test.txt"))
+    assert sorted(p.name for p in users.parent.iterdir()) == ["Fold1"]
+    assert (tmp_path / "run" / "predictions" / "test.txt").is_file()

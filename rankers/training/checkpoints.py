@@ -59,6 +59,10 @@ ALLOWED_TARGETS = frozenset(
         *(f"{_OPTIM}.lr_scheduler.{name}" for name in _SCHEDULERS),
     }
 )
+# Arguments a restored config never sets: where a class writes files (the synthetic data module
+# writes its fold into ``root``; its data depends only on its sizes and seed, so the run is
+# reproduced in the cache all the same). The command line may still set them.
+WRITE_LOCATIONS = {f"{_DATA}.synthetic.SyntheticLetorDataModule": ("root",)}
 TARGET, PARTIAL = "_target_", "_partial_"
 RESTORED = ("data", "model", "loss")  # the config groups a checkpoint's run is rebuilt from
 
@@ -154,16 +158,21 @@ def _make(node: Any, extra: dict[str, Any]) -> Any:
 def run_record(checkpoint: dict[str, Any], path: str | Path) -> dict[str, Any]:
     """The run record ``train.py`` saved with ``checkpoint``, its data, model and loss configs
     checked by :func:`check_restorable` (the whole record is refused if any is tampered with,
-    whichever of them a task needs); a clear error when it has none."""
+    whichever of them a task needs) and their :data:`WRITE_LOCATIONS` reset to None; a clear
+    error when it has none."""
     record = checkpoint.get("differank")
     if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
         raise ValueError(
             f"{path} carries no run record (saved by an older differank or outside train.py): "
             "its model cannot be rebuilt from the file alone"
         )
+    config = dict(record["config"])
     for group in RESTORED:
-        check_restorable(record["config"].get(group), group)
-    return record
+        check_restorable(config.get(group), group)
+        node = config.get(group)
+        if isinstance(node, dict) and node.get(TARGET) in WRITE_LOCATIONS:
+            config[group] = {**node, **dict.fromkeys(WRITE_LOCATIONS[node[TARGET]])}
+    return {**record, "config": config}
 
 
 def serving_statistics(record: dict[str, Any], path: str | Path) -> dict[str, Any]:
