@@ -11,7 +11,6 @@ from differank.datamodules.synthetic import SyntheticLetorDataModule
 from differank.rankers.run.export import Scorer, export_onnx, export_torchscript, write_trec_run
 from differank.rankers.scorers.conerank import ConeRank
 from differank.rankers.scorers.mlp import MLPRanker
-from differank.rankers.scorers.transformer import TransformerRanker
 from tests.conftest import TINY_RUN
 from train import compose_run, train
 
@@ -157,22 +156,6 @@ def test_trec_run_is_read_and_scored_by_ir_measures_like_letor_metrics(trained, 
     # LETOR MAP and P@k (relevant = label > 0) are trec_eval's AP and P@k when scores don't tie.
     for measure, key in zip(measures, ["map", "p@5", "p@10"], strict=True):
         assert scored[measure] == pytest.approx(ours[key], abs=1e-12), key
-
-
-def test_transformer_onnx_scores_lists_of_any_length_even_empty(tmp_path):
-    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the optional export extra")
-    torch.manual_seed(0)
-    scorer = Scorer(TransformerRanker(5, d_model=8, num_heads=2)).eval()
-    session = ort.InferenceSession(
-        str(export_onnx(scorer, tmp_path / "t.onnx")), providers=["CPUExecutionProvider"]
-    )
-    for length in (3, 1, 0):
-        features = torch.randn(2, length, 5)
-        mask = torch.ones(2, length, dtype=torch.bool)
-        inputs = {"features": features.numpy(), "mask": mask.numpy()}
-        scores = torch.from_numpy(session.run(None, inputs)[0])
-        assert scores.shape == (2, length)
-        torch.testing.assert_close(scores, scorer(features, mask), rtol=1e-5, atol=1e-5)
 
 
 def test_onnx_export_leaves_no_empty_weights_file(tmp_path):
