@@ -141,13 +141,11 @@ def test_predict_writes_the_runs_prediction_file_and_no_metrics(trained, predict
     assert not (predicted / "test_metrics.json").exists()
 
 
-def test_trec_run_is_read_and_scored_by_ir_measures_like_letor_metrics(trained, predicted):
+def test_trec_run_and_qrels_are_scored_by_ir_measures_like_letor_metrics(trained, predicted):
     ir_measures = pytest.importorskip("ir_measures", reason="ir-measures is a dev extra")
     split = SyntheticLetorDataModule(**SIZES).split_data("test")
-    qrels = [
-        ir_measures.Qrel(str(q), d, int(label))
-        for q, d, label in zip(split.qids, split.docids, split.labels, strict=True)
-    ]
+    qrels = list(ir_measures.read_trec_qrels(str(trained / "predictions" / "test.qrels")))
+    assert len(qrels) == split.num_rows and not (predicted / "predictions/test.qrels").exists()
     run = list(ir_measures.read_trec_run(str(predicted / "predictions" / "test.run")))
     assert len(run) == split.num_rows
     measures = [ir_measures.AP, ir_measures.P @ 5, ir_measures.P @ 10]

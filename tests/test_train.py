@@ -35,6 +35,7 @@ def test_run_writes_checkpoints_logs_predictions_and_metrics(default_run):
         "checkpoints/best.ckpt",
         "checkpoints/last.ckpt",
         "predictions/test.txt",
+        "predictions/test.qrels",
         "test_metrics.json",
         ".hydra/config.yaml",
     ]:
