@@ -18,7 +18,7 @@ beside XGBoost's and LightGBM's loaders on the same files.
    data (``python train.py`` with the same loss and epochs) for reference. Phases are timed by
    wrapping the functions ``train()`` calls: reading the files (parse or cache load), the
    split features (copy + normalise, or memory-map the cached ones), ``Trainer.fit`` (one
-   epoch, validation, checkpoints), ``Trainer.test`` and ``write_outputs``.
+   epoch, validation, checkpoints), ``Trainer.test`` and ``write_lightning_outputs``.
 4. Runs the warm DDP case (``trainer=ddp trainer.devices=2 trainer.accelerator=cpu``) and samples
    the processes' RSS and PSS (``/proc/PID/smaps_rollup``): PSS charges shared pages once.
 
@@ -138,6 +138,7 @@ def train_worker(overrides: list[str], run_dir: Path) -> dict:
     from reproduce import train_script
 
     import differank.datamodules.letor as letor
+    import differank.rankers.run.tasks as tasks
 
     script = train_script()["train"].__globals__  # the namespace train() looks names up in
     phases: dict[str, float] = {}
@@ -158,7 +159,7 @@ def train_worker(overrides: list[str], run_dir: Path) -> dict:
     module._load = timed(module._load, "data setup (all)")
     pl.Trainer.fit = timed(pl.Trainer.fit, "fit (1 epoch + val)")
     pl.Trainer.test = timed(pl.Trainer.test, "test")
-    script["write_outputs"] = timed(script["write_outputs"], "outputs + metrics")
+    tasks.write_lightning_outputs = timed(tasks.write_lightning_outputs, "outputs + metrics")
     phases["imports"] = time.perf_counter() - start
     script["train"](script["compose_run"](overrides, run_dir), run_dir)
     return {

@@ -7,3 +7,13 @@ The installed packages are ``differank.losses`` (the objectives; torch only),
 """
 
 __version__ = "0.1.0"
+
+
+def load_ranker(path):
+    """The trained scorer of a ``train.py`` checkpoint, from the file alone: an ``nn.Module``
+    in eval mode scoring raw LETOR features ``ranker(features [B, L, F], mask [B, L])`` as the
+    exported scorer does. Only allowlisted differank classes are rebuilt and the file is read
+    with ``weights_only=True`` (docs/architecture.md#the-run-layer-and-its-trust-model)."""
+    from differank.rankers.run.restore import load_ranker as load  # torch loads only now
+
+    return load(path)

@@ -36,11 +36,11 @@ def test_weighted_mean_padding_and_standardised_scores():
     features = torch.arange(12.0).view(2, 2, 3)
     mask = torch.tensor([[True, True], [True, False]])
     features[1, 1] = float("nan")  # padding may hold anything
-    ensemble = EnsembleRanker([linear(1.0), linear(-2.0)], weights=[3, 1])
+    ensemble = EnsembleRanker([linear(1.0), linear(-2.0)], weights=[3, 1], standardize=False)
     plain = features.sum(-1)
     expected = torch.where(mask, 0.75 * plain - 0.25 * 2 * plain, 0.0)
     torch.testing.assert_close(ensemble(features, mask), expected)
-    standardised = EnsembleRanker([linear(1.0), linear(-2.0)], standardize=True)
+    standardised = EnsembleRanker([linear(1.0), linear(-2.0)])  # the default
     # +1 and -1 around the mean for the first query: the two members cancel; a lone doc is 0
     assert standardised(features, mask).abs().max().item() == 0.0
     with pytest.raises(ValueError, match="different feature counts"):
@@ -52,7 +52,7 @@ def test_weighted_mean_padding_and_standardised_scores():
 def test_members_that_attend_over_the_list_get_the_mask_and_the_ensemble_exports(tmp_path):
     torch.manual_seed(0)
     attending = Scorer(TransformerRanker(3, d_model=8, num_heads=2).eval())
-    ensemble = EnsembleRanker([linear(0.5), attending]).eval()
+    ensemble = EnsembleRanker([linear(0.5), attending], standardize=False).eval()
     features, mask = torch.randn(2, 4, 3), torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]]).bool()
     expected = (features.sum(-1) * 0.5 + attending(features, mask)) / 2
     torch.testing.assert_close(ensemble(features, mask), torch.where(mask, expected, 0.0))
@@ -77,7 +77,7 @@ def predictions(folder):
 
 def test_the_cli_writes_the_mean_of_the_members_predictions_and_its_metrics(runs, tmp_path):
     checkpoints = [str(run / "checkpoints" / "best.ckpt") for run in runs]
-    assert main([*checkpoints, "--out", str(tmp_path / "e")]) == 0
+    assert main([*checkpoints, "--out", str(tmp_path / "e"), "--scores", "raw"]) == 0
     out = tmp_path / "e"
     mean = (predictions(runs[0]) + predictions(runs[1])) / 2
     torch.testing.assert_close(predictions(out), mean, rtol=1e-5, atol=1e-5)
@@ -86,9 +86,39 @@ def test_the_cli_writes_the_mean_of_the_members_predictions_and_its_metrics(runs
     metrics = json.loads((out / "test_metrics.json").read_text())
     assert metrics == pytest.approx(evaluate_files(sources, out / "predictions" / "test.txt"))
     assert (out / "predictions" / "test.run").is_file()
+    assert (out / "predictions" / "test.qrels").is_file()
     assert json.loads((out / "ensemble.json").read_text())["weights"] == [0.5, 0.5]
     # one member alone is that run (its own transform and z-score folded in)
-    assert main([checkpoints[1], "--out", str(tmp_path / "one")]) == 0
+    assert main([checkpoints[1], "--out", str(tmp_path / "one"), "--scores", "raw"]) == 0
     torch.testing.assert_close(
         predictions(tmp_path / "one"), predictions(runs[1]), rtol=1e-5, atol=1e-5
     )
+
+
+def test_members_on_other_scales_are_standardised_by_default_and_raw_averaging_warns(
+    runs, tmp_path
+):
+    """A member whose scores are 70x another's: raw averaging is that member alone (and says
+    so with the scales); the default standardises each member per query first."""
+    first = str(runs[0] / "checkpoints" / "best.ckpt")
+    checkpoint = torch.load(first, weights_only=True)
+    checkpoint["state_dict"] = {  # a linear ranker: weights and bias x70 -> scores x70
+        key: value * (70 if key.startswith("ranker.") else 1)
+        for key, value in checkpoint["state_dict"].items()
+    }
+    loud = str(tmp_path / "loud.ckpt")
+    torch.save(checkpoint, loud)
+    second = str(runs[1] / "checkpoints" / "best.ckpt")
+    with pytest.warns(UserWarning, match=r"scales differ \d+x \(.*loud.ckpt: .*the largest-scale"):
+        assert main([second, loud, "--out", str(tmp_path / "raw"), "--scores", "raw"]) == 0
+    raw = predictions(tmp_path / "raw")
+    assert torch.corrcoef(torch.stack([raw, predictions(runs[0])]))[0, 1] > 0.999
+    assert main([second, loud, "--out", str(tmp_path / "std")]) == 0
+    record = json.loads((tmp_path / "std" / "ensemble.json").read_text())
+    assert record["scores"] == "standardized"
+    assert record["member_scales"][1] > 10 * record["member_scales"][0]
+    standardised = predictions(tmp_path / "std")
+    assert torch.corrcoef(torch.stack([standardised, predictions(runs[0])]))[0, 1] < 0.999
+    with pytest.warns(DeprecationWarning, match="--standardize is the default"):
+        assert main([second, loud, "--out", str(tmp_path / "old"), "--standardize"]) == 0
+    assert torch.equal(predictions(tmp_path / "old"), standardised)

@@ -85,7 +85,7 @@ def test_conerank_serves_as_its_linear_scorer_in_onnx(tmp_path):
         str(export_onnx(scorer, tmp_path / "scorer.onnx")), providers=["CPUExecutionProvider"]
     )
     features = torch.randn(3, 17, 46)
-    eager = cone((features - scorer.mean) / scorer.std)
+    eager = cone(((features - scorer.mean) / scorer.std).float())
     served = torch.from_numpy(session.run(None, {"features": features.numpy()})[0])
     torch.testing.assert_close(served, eager, rtol=1e-4, atol=1e-4)
 
@@ -141,13 +141,11 @@ def test_predict_writes_the_runs_prediction_file_and_no_metrics(trained, predict
     assert not (predicted / "test_metrics.json").exists()
 
 
-def test_trec_run_is_read_and_scored_by_ir_measures_like_letor_metrics(trained, predicted):
+def test_trec_run_and_qrels_are_scored_by_ir_measures_like_letor_metrics(trained, predicted):
     ir_measures = pytest.importorskip("ir_measures", reason="ir-measures is a dev extra")
     split = SyntheticLetorDataModule(**SIZES).split_data("test")
-    qrels = [
-        ir_measures.Qrel(str(q), d, int(label))
-        for q, d, label in zip(split.qids, split.docids, split.labels, strict=True)
-    ]
+    qrels = list(ir_measures.read_trec_qrels(str(trained / "predictions" / "test.qrels")))
+    assert len(qrels) == split.num_rows and not (predicted / "predictions/test.qrels").exists()
     run = list(ir_measures.read_trec_run(str(predicted / "predictions" / "test.run")))
     assert len(run) == split.num_rows
     measures = [ir_measures.AP, ir_measures.P @ 5, ir_measures.P @ 10]
@@ -156,3 +154,9 @@ def test_trec_run_is_read_and_scored_by_ir_measures_like_letor_metrics(trained, 
     # LETOR MAP and P@k (relevant = label > 0) are trec_eval's AP and P@k when scores don't tie.
     for measure, key in zip(measures, ["map", "p@5", "p@10"], strict=True):
         assert scored[measure] == pytest.approx(ours[key], abs=1e-12), key
+
+
+def test_onnx_export_leaves_no_empty_weights_file(tmp_path):
+    pytest.importorskip("onnxscript", reason="onnxscript is the optional export extra")
+    export_onnx(Scorer(MLPRanker(5, hidden=(4,))), tmp_path / "s.onnx")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.onnx"]

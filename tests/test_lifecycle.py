@@ -17,8 +17,9 @@ import pytorch_lightning as pl
 import torch
 
 from differank.datamodules.reader import write_letor
+from differank.rankers.run.restore import restore_run
 from tests.conftest import MQ2008, ROOT, TINY_DATA, requires_mq2008
-from train import compose_run, restore_run, train
+from train import compose_run, train
 
 TINY = [
     *TINY_DATA,
@@ -238,3 +239,16 @@ def test_mq2008_fold1_test_from_the_checkpoint_alone_reproduces_the_run(tmp_path
 def test_bad_tasks_fail_before_any_work(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
         train(compose_run([*TINY, *overrides], tmp_path), tmp_path)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty"])
+def test_a_damaged_checkpoint_is_named_and_never_loaded_unsafely(uninterrupted, tmp_path, damage):
+    good = (uninterrupted[0] / "checkpoints" / "best.ckpt").read_bytes()
+    content = {"truncated": good[: len(good) // 2], "garbage": b"not a checkpoint" * 64}
+    bad = tmp_path / "bad.ckpt"
+    bad.write_bytes(content.get(damage, b""))
+    with pytest.raises(OSError) as error:
+        run(["task=test", f"ckpt_path={bad}"], tmp_path / "run")
+    message = str(error.value)
+    assert str(bad) in message and "truncated or corrupt" in message
+    assert "weights_only=False" not in message and "Errno" not in message

@@ -15,7 +15,7 @@ import torch
 
 from differank.rankers.metrics.evaluate import main as evaluate_main
 from tests.conftest import ROOT, TINY_DATA, requires_mq2008
-from train import compose_run, console_logging, train
+from train import compose_run, console_logging, help_text, train
 
 TINY = TINY_DATA
 
@@ -35,6 +35,7 @@ def test_run_writes_checkpoints_logs_predictions_and_metrics(default_run):
         "checkpoints/best.ckpt",
         "checkpoints/last.ckpt",
         "predictions/test.txt",
+        "predictions/test.qrels",
         "test_metrics.json",
         ".hydra/config.yaml",
     ]:
@@ -150,6 +151,8 @@ HELP_TOPICS = (
     "LETOR_DIR",
     "python -m differank.datamodules.download",
     "allow_data_mismatch",
+    "files=[a.txt,b.txt]",
+    "predictions/test.qrels",
 )
 
 
@@ -157,6 +160,23 @@ def test_help_explains_tasks_checkpoints_groups_and_outputs(tmp_path):
     template = compose_run([], tmp_path).hydra.help.template  # what ``--help`` prints
     for text in HELP_TOPICS:
         assert text in template, text
+
+
+def test_help_text_is_the_template_with_the_composed_config():
+    text = help_text(["model=mlp"])
+    for topic in HELP_TOPICS:
+        assert topic in text, topic
+    assert "$LETOR_DIR" in text and "MLPRanker" in text and "$CONFIG" not in text
+
+
+def test_the_entry_point_loads_no_torch_until_a_task_runs():
+    """``--help`` and a mistyped override answer in about a second: importing train.py loads
+    Hydra only (Lightning and torch load when a task runs)."""
+    code = "import sys, train; print(sorted({'torch', 'pytorch_lightning'} & set(sys.modules)))"
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"
 
 
 @pytest.mark.slow

@@ -206,7 +206,7 @@ def test_onnx_export_takes_features_and_mask(tmp_path):
         str(export_onnx(scorer, tmp_path / "scorer.onnx")), providers=["CPUExecutionProvider"]
     )
     assert [i.name for i in session.get_inputs()] == ["features", "mask"]
-    for b, l in [(1, 1), (3, 17)]:
+    for b, l in [(1, 1), (3, 17), (2, 0)]:  # lists of length 0 too
         features, mask = serving_inputs(b, l)
         served = session.run(None, {"features": features.numpy(), "mask": mask.numpy()})[0]
         torch.testing.assert_close(

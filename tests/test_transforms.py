@@ -111,7 +111,7 @@ def test_zscore_is_fitted_after_the_transform_and_export_applies_both():
 
 
 def test_the_fingerprint_names_the_transform_and_a_mismatch_is_refused():
-    from train import check_same_data, data_fingerprint
+    from differank.rankers.run.restore import check_same_data, data_fingerprint
 
     plain = data_fingerprint(SyntheticLetorDataModule(**SIZES))
     logged = data_fingerprint(SyntheticLetorDataModule(**SIZES, transform="log1p"))

@@ -1,21 +1,23 @@
 """Average the scores of several trained runs: an ensemble of checkpoints as one scorer.
 
     python -m differank.rankers.run.ensemble CKPT [CKPT ...] --out DIR
-        [--weights W [W ...]] [--standardize] [--data KEY=VALUE ...] [--ks 1 3 5 10]
+        [--weights W [W ...]] [--scores standardized|raw] [--files F [F ...]]
+        [--data KEY=VALUE ...] [--ks 1 3 5 10]
 
-Each checkpoint is rebuilt from the run config it carries (data, model, loss) and served behind
-its own feature transform and z-score (:func:`~differank.rankers.run.export.serving_scorer`), so the
+Each checkpoint is rebuilt from the file alone (:func:`differank.load_ranker`: its allowlisted
+config, weights and serving record) behind its own feature transform and z-score, so the
 members read raw features and may have been trained with different ``data.transform`` /
-``data.normalization`` settings (not ``query_minmax``). Rebuilding a member loads its training
-data (from the cache when it is warm) to recover the fitted transform. The ensemble scores the
-test split of the first member's data (raw features; ``--data data.root=DIR`` and other
-``data.*`` overrides change it) and writes what a run writes: ``DIR/predictions/test.txt``,
-``test.sources``, ``test.run``, ``DIR/test_metrics.json``, plus ``DIR/ensemble.json`` (members,
-weights).
+``data.normalization`` settings (not ``query_minmax``). The ensemble scores ``--files`` (any
+LETOR files), else the test split of the first member's data (raw features; ``--data
+data.root=DIR`` and other ``data.*`` overrides change it), and writes what a run writes:
+``DIR/predictions/test.{txt,sources,run,qrels}``, ``DIR/test_metrics.json``, plus
+``DIR/ensemble.json`` (members, weights, scores).
 
-Scores are averaged as they are (weights default to equal), or with ``--standardize`` after
-standardising each member's scores within each query (zero mean, unit variance over the real
-documents), for members whose score scales differ (other losses or models).
+By default each member's scores are standardised within each query (zero mean, unit variance
+over the real documents) before the weighted mean (weights default to equal), so members whose
+score scales differ (other losses or models) count as weighted. ``--scores raw`` averages them as
+they are, and warns when the members' scales (mean per-query standard deviation) differ more
+than ``SCALE_WARNING`` times: the mean is then mostly the largest-scale member.
 
 Example:
     >>> from differank.rankers.run.export import Scorer
@@ -24,7 +26,7 @@ Example:
     >>> with torch.no_grad():
     ...     _ = members[0].ranker.linear.weight.fill_(1.0)
     ...     _ = members[1].ranker.linear.weight.fill_(3.0)
-    >>> EnsembleRanker(members)(torch.ones(1, 2, 2)).tolist()
+    >>> EnsembleRanker(members, standardize=False)(torch.ones(1, 2, 2)).tolist()
     [[4.0, 4.0]]
 """
 
@@ -33,18 +35,27 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 import yaml
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from differank.rankers.metrics.evaluate import evaluate_arrays
-from differank.rankers.run.export import Scorer, serving_scorer, write_trec_run
+from differank.rankers.run.export import Scorer
+from differank.rankers.run.restore import load_ranker
+from differank.rankers.run.scoring import read_letor_files, score_split, write_predictions
 from differank.rankers.scorers.base import Ranker
+from differank.rankers.training.checkpoints import (
+    build,
+    load_checkpoint,
+    run_record,
+)
+
+SCALE_WARNING = 10.0  # raw scores of members this many times apart in scale: warn
 
 
 class EnsembleRanker(Ranker):
@@ -55,7 +66,8 @@ class EnsembleRanker(Ranker):
         :class:`~differank.rankers.run.export.Scorer`; one with
             ``uses_mask`` is given the mask.
         weights: one per member, normalised to sum to 1 (None: equal).
-        standardize: standardise each member's scores per query over the real documents first.
+        standardize: standardise each member's scores per query over the real documents first
+            (default); False averages raw scores.
 
     Shape:
         features: [B, L, F], mask: bool [B, L] or None -> scores [B, L], 0 at padded slots.
@@ -67,7 +79,7 @@ class EnsembleRanker(Ranker):
         self,
         members: Sequence[nn.Module],
         weights: Sequence[float] | None = None,
-        standardize: bool = False,
+        standardize: bool = True,
     ) -> None:
         super().__init__()
         if not members:
@@ -118,63 +130,45 @@ def _override(config: DictConfig, assignments: Sequence[str]) -> None:
 
 
 def load_member(path: str | Path) -> Scorer:
-    """The raw-feature scorer of a checkpoint written by ``train.py`` (its run config rebuilds
-    data, model and loss; the data gives the fitted transform and z-score), in eval mode."""
-    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    record = checkpoint.get("differank")
-    if record is None:
-        raise ValueError(f"{path} carries no run config (saved by an older differank)")
-    config = OmegaConf.create(record["config"])
-    datamodule = instantiate(config.data)
-    loss = instantiate(config.loss)
-    model = instantiate(config.model, loss=loss, n_features=datamodule.n_features)
-    model.load_state_dict(checkpoint["state_dict"])
-    return serving_scorer(model.ranker, datamodule).eval()
+    """The raw-feature scorer of a checkpoint written by ``train.py``, from the file alone (its
+    allowlisted config, weights and serving record), in eval mode."""
+    return load_ranker(path)
 
 
 def evaluation_data(path: str | Path, overrides: Sequence[str] = ()):
     """The data module of the checkpoint's run with raw features (no transform, no
-    normalization), ``overrides`` (``data.KEY=VALUE``) applied."""
-    record = torch.load(path, map_location="cpu", weights_only=True).get("differank")
-    if record is None:
-        raise ValueError(f"{path} carries no run config (saved by an older differank)")
-    config = OmegaConf.create({"data": record["config"]["data"]})
-    OmegaConf.update(config, "data.normalization", "none")
-    OmegaConf.update(config, "data.transform", "none", force_add=True)
-    _override(config, overrides)
-    return instantiate(config.data)
+    normalization), ``overrides`` (``data.KEY=VALUE``) applied; built by the guarded builder."""
+    config = run_record(load_checkpoint(path), path)["config"]  # checked
+    data = OmegaConf.create({"data": config["data"]})
+    OmegaConf.update(data, "data.normalization", "none")
+    OmegaConf.update(data, "data.transform", "none", force_add=True)
+    _override(data, overrides)
+    return build(OmegaConf.to_container(data.data, resolve=True), "data")
 
 
-@torch.no_grad()
-def score_split(ranker: nn.Module, datamodule, split: str = "test") -> torch.Tensor:
-    """``ranker(features, mask)`` of every row of ``split``, float64 [rows] in source-file order."""
-    rows, values = [], []
-    loader = {"test": datamodule.test_dataloader, "val": datamodule.val_dataloader}[split]()
-    for batch in loader:
-        scores = ranker(batch["features"], batch["mask"])
-        rows.append(batch["doc_index"][batch["mask"]])
-        values.append(scores[batch["mask"]])
-    rows_, values_ = torch.cat(rows), torch.cat(values).to(torch.float64)
-    num_rows = datamodule.num_rows(split)
-    if bool((torch.bincount(rows_, minlength=num_rows) != 1).any()):
-        raise RuntimeError(f"the {split} loader did not give every row exactly once")
-    by_row = torch.empty(num_rows, dtype=torch.float64)
-    by_row[rows_] = values_
-    return by_row
+def member_scales(members: Sequence[nn.Module], split) -> list[float]:
+    """Each member's score scale on ``split``: the mean over queries (of two or more documents)
+    of the standard deviation of its scores."""
+    queries = [rows for rows in split.query_rows if len(rows) > 1]
+    scales = []
+    for member in members:
+        scores = score_split(member, split).numpy()
+        scales.append(float(np.mean([scores[rows].std() for rows in queries])) if queries else 0.0)
+    return scales
 
 
-def write_run(out: Path, scores: torch.Tensor, datamodule, ks: Sequence[int]) -> dict[str, float]:
-    """A run's test outputs: predictions/test.{txt,sources,run} and test_metrics.json."""
-    predictions = out / "predictions"
-    predictions.mkdir(parents=True, exist_ok=True)
-    (predictions / "test.txt").write_text("".join(f"{s:.17g}\n" for s in scores.tolist()))
-    sources = datamodule.split_files("test")
-    (predictions / "test.sources").write_text("".join(f"{path}\n" for path in sources))
-    split = datamodule.split_data("test")
-    write_trec_run(predictions / "test.run", split.qids.tolist(), split.docids.tolist(), scores)
-    values = evaluate_arrays(scores, split.labels, split.qids, ks=ks)
-    (out / "test_metrics.json").write_text(json.dumps(values, indent=2) + "\n")
-    return values
+def check_scales(paths: Sequence[str], scales: Sequence[float], standardize: bool) -> None:
+    """Warn when raw scores of members on scales ``SCALE_WARNING`` times apart are averaged."""
+    positive = [scale for scale in scales if scale > 0]
+    if standardize or len(positive) < 2 or max(positive) < SCALE_WARNING * min(positive):
+        return
+    shown = ", ".join(f"{path}: {scale:.4g}" for path, scale in zip(paths, scales, strict=True))
+    warnings.warn(
+        f"averaging raw scores of members whose scales differ {max(positive) / min(positive):.0f}"
+        f"x ({shown}; mean per-query std): the ensemble is mostly the largest-scale member. "
+        "Drop --scores raw to standardise each member's scores per query first",
+        stacklevel=2,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -186,7 +180,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("checkpoints", nargs="+", metavar="CKPT")
     parser.add_argument("--out", type=Path, required=True, help="folder for the outputs")
     parser.add_argument("--weights", nargs="+", type=float, default=None)
-    parser.add_argument("--standardize", action="store_true", help="per-query z-score first")
+    parser.add_argument(
+        "--scores",
+        choices=("standardized", "raw"),
+        default="standardized",
+        help="standardized (default): per-query z-score of each member first; raw: as they are",
+    )
+    parser.add_argument("--standardize", action="store_true", help="deprecated: the default")
+    parser.add_argument("--files", nargs="+", default=None, help="LETOR files to score")
     parser.add_argument(
         "--data",
         nargs="+",
@@ -196,24 +197,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--ks", nargs="+", type=int, default=[1, 3, 5, 10])
     args = parser.parse_args(argv)
+    if args.standardize:
+        warnings.warn(
+            "--standardize is the default now and will be removed; drop it",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+    standardize = args.scores == "standardized"
     try:
         members = [load_member(path) for path in args.checkpoints]
-        ensemble = EnsembleRanker(members, args.weights, args.standardize).eval()
-        datamodule = evaluation_data(args.checkpoints[0], args.data)
-        if datamodule.n_features != ensemble.n_features:
-            raise ValueError(
-                f"the members read {ensemble.n_features} features, the evaluation data has "
-                f"{datamodule.n_features}"
-            )
-        scores = score_split(ensemble, datamodule)
-        values = write_run(args.out, scores, datamodule, args.ks)
+        ensemble = EnsembleRanker(members, args.weights, standardize).eval()
+        if args.files:
+            split = read_letor_files(args.files, ensemble.n_features)
+        else:
+            datamodule = evaluation_data(args.checkpoints[0], args.data)
+            if datamodule.n_features != ensemble.n_features:
+                raise ValueError(
+                    f"the members read {ensemble.n_features} features, the evaluation data has "
+                    f"{datamodule.n_features}"
+                )
+            split = datamodule.split_data("test")
+        scales = member_scales(members, split)
+        check_scales(args.checkpoints, scales, standardize)
+        scores = score_split(ensemble, split)
+        values = write_predictions(args.out, scores, split, evaluate=True, ks=args.ks)
     except (ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     record = {
         "checkpoints": [str(Path(path).resolve()) for path in args.checkpoints],
         "weights": list(ensemble.weights),
-        "standardize": args.standardize,
+        "scores": args.scores,
+        "member_scales": scales,
     }
     (args.out / "ensemble.json").write_text(json.dumps(record, indent=2) + "\n")
     print(json.dumps(values, indent=2))

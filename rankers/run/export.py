@@ -21,9 +21,12 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
+
+from differank.datamodules.transforms import GaussRank, SignedLog1p
 
 _QUERIES, _DOCUMENTS = torch.export.Dim("queries"), torch.export.Dim("documents")
 
@@ -33,7 +36,9 @@ class Scorer(nn.Module):
     transform and z-score normalisation.
 
     ``mean``/``std`` [F] are the training statistics (``None``: features are used as given,
-    i.e. ``normalization=none``); ``transform`` is the data module's fitted
+    i.e. ``normalization=none``), kept in float64: the z-score is computed in float64 and
+    rounded to float32, as the data module computes it, so the ranker sees the very features
+    it was trained and tested on. ``transform`` is the data module's fitted
     ``feature_transform`` (``None``: ``transform=none``). A per-document ranker is called as
     ``scorer(features)`` (padding rows score but mean nothing); a ranker with ``uses_mask`` as
     ``scorer(features, mask)``.
@@ -58,32 +63,61 @@ class Scorer(nn.Module):
                 f"mean and std must have shape [{n_features}], got {tuple(mean.shape)} and "
                 f"{tuple(std.shape)}"
             )
-        self.register_buffer("mean", mean.to(torch.float32))
-        self.register_buffer("std", std.to(torch.float32))
+        self.register_buffer("mean", mean.to(torch.float64))
+        self.register_buffer("std", std.to(torch.float64))
 
     @property
     def n_features(self) -> int:
         return int(self.mean.shape[0])
 
     def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        normalised = (self.transform(features) - self.mean) / self.std
+        transformed = self.transform(features).to(self.mean.dtype)
+        normalised = ((transformed - self.mean) / self.std).to(features.dtype)
         if self.uses_mask:
             return self.ranker(normalised, mask)
         return self.ranker(normalised)
 
 
-def serving_scorer(ranker: nn.Module, datamodule) -> Scorer:
-    """``ranker``'s serving form behind ``datamodule``'s fitted feature transform and z-score
-    (``feature_transform``, ``feature_mean``, ``feature_std``): a scorer of raw features."""
-    if datamodule.normalization == "query_minmax":
-        raise ValueError(
-            "export folds in z-score statistics only; train with "
-            "data.normalization=zscore or none to export"
-        )
-    stats = datamodule.feature_mean, datamodule.feature_std  # None, None without z-score
-    statistics = (None if s is None else torch.as_tensor(s) for s in stats)
+def serving_record(datamodule) -> dict[str, Any]:
+    """What scoring raw features needs besides the weights, from a data module after its
+    setup: the feature count, the normalization with its float64 statistics and the fitted
+    feature transform (its name and tables). ``train.py`` saves it with every checkpoint
+    (``checkpoint["differank"]["serving"]``, tensors and plain values: ``weights_only``
+    reads it)."""
     transform = getattr(datamodule, "feature_transform", None)
-    return Scorer(ranker.serving_ranker(), *statistics, transform=transform)
+    stats = {}
+    for name, value in (("mean", datamodule.feature_mean), ("std", datamodule.feature_std)):
+        stats[name] = None if value is None else torch.tensor(value, dtype=torch.float64)
+    return {
+        "n_features": int(datamodule.n_features),
+        "normalization": str(datamodule.normalization),
+        **stats,
+        "transform": None
+        if transform is None
+        else {"name": transform.name, **{k: v.clone() for k, v in transform.state_dict().items()}},
+    }
+
+
+def serving_scorer(ranker: nn.Module, serving) -> Scorer:
+    """``ranker``'s serving form behind the fitted feature transform and z-score of a
+    :func:`serving_record` (or of a set-up data module): a scorer of raw features."""
+    if not isinstance(serving, dict):
+        serving = serving_record(serving)
+    if serving["normalization"] == "query_minmax":
+        raise ValueError(
+            "a scorer of raw features folds in z-score statistics only; train with "
+            "data.normalization=zscore or none to export or score files"
+        )
+    transform = serving["transform"]
+    if transform is not None:
+        name = transform["name"]
+        if name == SignedLog1p.name:
+            transform = SignedLog1p()
+        elif name == GaussRank.name:
+            transform = GaussRank(transform["knots"], transform["values"])
+        else:
+            raise ValueError(f"unknown feature transform {name!r} in the serving record")
+    return Scorer(ranker.serving_ranker(), serving["mean"], serving["std"], transform=transform)
 
 
 def _example(scorer: Scorer) -> tuple[torch.Tensor, ...]:
@@ -116,11 +150,12 @@ def export_onnx(scorer: Scorer, path: str | Path, opset: int = 18) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     names = ["features", "mask"] if scorer.uses_mask else ["features"]
+    served = _NonEmptyLists(scorer) if scorer.uses_mask else scorer
     with warnings.catch_warnings(), torch.no_grad():
         # features and mask share their two dynamic axes, which the exporter reports
         warnings.filterwarnings("ignore", message=r"# The axis name: .* will not be used")
         torch.onnx.export(
-            scorer.eval(),
+            served.eval(),
             _example(scorer),
             str(path),
             input_names=names,
@@ -130,7 +165,26 @@ def export_onnx(scorer: Scorer, path: str | Path, opset: int = 18) -> Path:
             dynamo=True,
             verbose=False,
         )
+    weights = path.with_name(path.name + ".data")  # the exporter's external-data file
+    if weights.is_file() and weights.stat().st_size == 0:  # every weight fitted inline
+        weights.unlink()
     return path
+
+
+class _NonEmptyLists(nn.Module):
+    """A list-attending scorer with one masked-out slot appended (and its score dropped): ONNX
+    ``Reshape`` reads a 0 in a target shape as "keep this dimension", so the attention's
+    reshapes fail on lists of length 0 unless the graph never sees one."""
+
+    def __init__(self, scorer: Scorer) -> None:
+        super().__init__()
+        self.scorer = scorer
+
+    def forward(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        slot = features.new_zeros(features.shape[0], 1, features.shape[2])
+        padded = torch.cat([features, slot], dim=1)
+        scores = self.scorer(padded, torch.cat([mask, mask.new_zeros(mask.shape[0], 1)], dim=1))
+        return scores[:, : features.shape[1]]
 
 
 def write_trec_run(
@@ -163,8 +217,33 @@ def write_trec_run(
     for row in order.tolist():
         rank = rank + 1 if qids[row] == previous else 1
         previous = qids[row]
-        docid = docids[row] if docids[row] and len(docids[row].split()) == 1 else f"row{row}"
-        lines.append(f"{qids[row]} Q0 {docid} {rank} {values[row]:.17g} {tag}\n")
+        lines.append(
+            f"{qids[row]} Q0 {trec_docid(docids[row], row)} {rank} {values[row]:.17g} {tag}\n"
+        )
+    return _write_lines(path, lines)
+
+
+def write_trec_qrels(path: str | Path, qids: Sequence, docids: Sequence[str], labels) -> Path:
+    """Write ``qid 0 docid label`` lines (trec_eval's qrels format), one per row in file order,
+    doc ids spelled as in :func:`write_trec_run` so the two files pair up."""
+    labels = [int(label) for label in torch.as_tensor(labels).tolist()]
+    if not (len(qids) == len(docids) == len(labels)):
+        raise ValueError(
+            f"qids, docids and labels differ in length: {len(qids)}, {len(docids)}, {len(labels)}"
+        )
+    lines = [
+        f"{qid} 0 {trec_docid(docid, row)} {label}\n"
+        for row, (qid, docid, label) in enumerate(zip(qids, docids, labels, strict=True))
+    ]
+    return _write_lines(path, lines)
+
+
+def trec_docid(docid: str, row: int) -> str:
+    """A row's doc id as one TREC field: ``row<N>`` when it is empty or holds whitespace."""
+    return docid if docid and len(docid.split()) == 1 else f"row{row}"
+
+
+def _write_lines(path: str | Path, lines: list[str]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(lines))

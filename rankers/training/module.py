@@ -20,6 +20,7 @@ from torch import nn
 
 from differank.rankers.metrics.letor import LetorMetric
 from differank.rankers.scorers.base import FullBatchSolver, Ranker
+from differank.rankers.training.checkpoints import load_checkpoint, rebuild_module
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,25 @@ def check_loss_fits_ranker(ranker: Ranker, loss: nn.Module) -> None:
             f"{'gives' if extra else 'does not give'}: feature-space losses (loss=cone) pair with "
             "model=conerank, scalar losses with scalar models (model=linear, model=mlp)"
         )
+
+
+def scores_in_row_order(
+    rows: Sequence[torch.Tensor], scores: Sequence[torch.Tensor], num_rows: int
+) -> torch.Tensor:
+    """Scores given in pieces with the source row of each, as one float64 [num_rows] vector in
+    row order. Raises if a row got no score or two, so a prediction file never misaligns."""
+    rows_ = torch.cat(list(rows)) if rows else torch.empty(0, dtype=torch.long)
+    values = torch.cat(list(scores)) if scores else torch.empty(0)
+    hits = torch.bincount(rows_, minlength=num_rows) if rows_.numel() else torch.zeros(num_rows)
+    if hits.numel() != num_rows or bool((hits != 1).any()):
+        missing, doubled = int((hits == 0).sum()), int((hits > 1).sum())
+        raise RuntimeError(
+            f"scores cover the {num_rows} rows badly: {missing} rows without a score, "
+            f"{doubled} with several (was the loader sharded or capped?)"
+        )
+    by_row = torch.empty(num_rows, dtype=torch.float64)
+    by_row[rows_] = values.to(torch.float64)
+    return by_row
 
 
 class EvaluationModule(pl.LightningModule):
@@ -134,22 +154,22 @@ class EvaluationModule(pl.LightningModule):
         self.test_scores = [scores for _, scores in shards]
 
     def scores_by_row(self, num_rows: int) -> torch.Tensor:
-        """The last test run's scores as a float64 [num_rows] vector in source-file row order.
+        """The last test run's scores as a float64 [num_rows] vector in source-file row order."""
+        return scores_in_row_order(self.test_rows, self.test_scores, num_rows)
 
-        Raises if a row got no score or two, so a prediction file never silently misaligns.
-        """
-        rows = torch.cat(self.test_rows) if self.test_rows else torch.empty(0, dtype=torch.long)
-        scores = torch.cat(self.test_scores) if self.test_scores else torch.empty(0)
-        hits = torch.bincount(rows, minlength=num_rows) if rows.numel() else torch.zeros(num_rows)
-        if hits.numel() != num_rows or bool((hits != 1).any()):
-            missing, doubled = int((hits == 0).sum()), int((hits > 1).sum())
-            raise RuntimeError(
-                f"test scores cover the {num_rows} rows badly: {missing} rows without a score, "
-                f"{doubled} with several (was the test loader sharded or capped?)"
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path, map_location=None, **kwargs):
+        """The trained module of a ``train.py`` checkpoint, rebuilt from the config it carries
+        (allowlisted classes only) with its weights, in eval mode on the CPU: nothing else is
+        needed (Lightning's version would want the constructor's arguments)."""
+        if kwargs:
+            raise TypeError(f"the run's own config rebuilds the module; got {sorted(kwargs)}")
+        module = rebuild_module(load_checkpoint(checkpoint_path), checkpoint_path)
+        if not isinstance(module, cls):
+            raise TypeError(
+                f"{checkpoint_path} holds a {type(module).__name__}, not a {cls.__name__}"
             )
-        by_row = torch.empty(num_rows, dtype=torch.float64)
-        by_row[rows] = scores.to(torch.float64)
-        return by_row
+        return module if map_location is None else module.to(map_location)
 
     def _log_metrics(self, stage: str, metric: LetorMetric) -> None:
         values = metric.compute()

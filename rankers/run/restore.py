@@ -1,0 +1,195 @@
+"""Rebuilding a run from its checkpoint: the one guarded way from a checkpoint file to data,
+model and scorer, for ``train.py``'s ``task=test|predict|export``, the ensemble and
+:func:`load_ranker`.
+
+A checkpoint is data, never code: its config is rebuilt only by
+:func:`differank.rankers.training.checkpoints.build` (allowlisted classes, checked before
+anything runs; docs/architecture.md#the-run-layer-and-its-trust-model). Every checkpoint carries
+a fingerprint of its data (content sha256, feature count, normalization statistics) and a
+serving record (feature count, fitted feature transform, float64 z-score statistics), so a
+trained model scores raw LETOR features from the file alone.
+
+Public API::
+
+    load_ranker(path) -> Scorer                  # raw features [B, L, F], mask [B, L] -> scores
+    scorer_from_checkpoint(checkpoint, path) -> (Scorer, module)
+    restore_run(cfg, checkpoint, path) -> cfg    # data/model/loss of the checkpoint + overrides
+    build_run(cfg, trusted) -> (datamodule, model)
+    data_fingerprint(datamodule), check_same_data(saved, data, allow), check_data_root(data)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from differank.rankers.run.export import Scorer, serving_scorer
+from differank.rankers.training.checkpoints import (
+    RESTORED,
+    build,
+    load_checkpoint,
+    rebuild_module,
+    run_record,
+    serving_statistics,
+)
+
+log = logging.getLogger(__name__)
+
+
+def load_ranker(path: str | Path) -> Scorer:
+    """The trained scorer of a ``train.py`` checkpoint, from the file alone: an ``nn.Module``
+    in eval mode scoring raw LETOR features ``ranker(features [B, L, F], mask [B, L])``
+    exactly as the exported scorer (``task=export``) does."""
+    return scorer_from_checkpoint(load_checkpoint(path), path)[0]
+
+
+def scorer_from_checkpoint(checkpoint: dict[str, Any], path: str | Path):
+    """``(scorer, module)``: the raw-feature scorer of ``checkpoint`` and its trained module."""
+    module = rebuild_module(checkpoint, path)
+    serving = serving_statistics(run_record(checkpoint, path), path)
+    return serving_scorer(module.ranker, serving).eval(), module
+
+
+def resolved(cfg: DictConfig) -> dict[str, Any]:
+    """The run's config without Hydra's own node, every interpolation resolved."""
+    return OmegaConf.to_container(
+        OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"]), resolve=True
+    )
+
+
+def restore_run(cfg: DictConfig, checkpoint: dict, path: str | Path) -> DictConfig:
+    """``cfg`` with data, model and loss of the run that saved ``checkpoint``, except what the
+    command line sets: a group choice (``data=letor``) replaces the saved node, a key
+    (``data.fold=2``) is set on it. The saved nodes are checked (allowlisted targets, no
+    interpolation) before they join ``cfg``."""
+    record = checkpoint.get("differank")
+    if record is None:
+        log.warning(
+            "%s carries no run config (saved by an older differank): data, model and "
+            "loss come from the command line",
+            path,
+        )
+        return cfg
+    config = run_record(checkpoint, path)["config"]  # checked before it joins cfg
+    chosen = OverridesParser.create().parse_overrides(list(HydraConfig.get().overrides.task))
+    cfg = cfg.copy()
+    with open_dict(cfg):
+        for group in RESTORED:
+            if any(override.key_or_group == group for override in chosen):
+                continue
+            cfg[group] = config[group]
+            for override in chosen:
+                if not override.key_or_group.startswith(f"{group}."):
+                    continue
+                if override.is_delete():
+                    parent, _, leaf = override.key_or_group.rpartition(".")
+                    OmegaConf.select(cfg, parent).pop(leaf, None)
+                else:
+                    OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True)
+    log.info("data, model and loss restored from %s", path)
+    return cfg
+
+
+def build_run(cfg: DictConfig, trusted: bool):
+    """``(datamodule, model)`` of ``cfg``: Hydra instantiates a config the user composed
+    (``trusted``); one restored from a checkpoint is built only by the guarded builder."""
+    check_data_root(cfg.data)
+    if trusted:
+        datamodule = instantiate(cfg.data)
+        loss = instantiate(cfg.loss)
+        return datamodule, instantiate(cfg.model, loss=loss, n_features=datamodule.n_features)
+    nodes = {group: OmegaConf.to_container(cfg[group], resolve=True) for group in RESTORED}
+    datamodule = build(nodes["data"], "data")
+    loss = build(nodes["loss"], "loss")
+    return datamodule, build(nodes["model"], "model", loss=loss, n_features=datamodule.n_features)
+
+
+def check_data_root(data: DictConfig) -> None:
+    """A data config's ``root`` must exist; say where it was looked for and how to set it."""
+    root = data.get("root")
+    if root is None or Path(root).expanduser().is_dir():
+        return
+    where = Path(root).expanduser().absolute()
+    letor_dir = os.environ.get("LETOR_DIR")
+    source = f"LETOR_DIR={letor_dir}" if letor_dir else "LETOR_DIR is not set"
+    raise FileNotFoundError(
+        f"data.root {where} does not exist ({source}). Set LETOR_DIR to the folder that holds "
+        f"{where.name}/, pass data.root=/path/to/{where.name}, or download it: "
+        f"python -m differank.datamodules.download {where.name} [--dir DIR]; to score LETOR "
+        "files with a checkpoint alone: task=test|predict ckpt_path=CKPT files=[a.txt,...]"
+    )
+
+
+def data_fingerprint(datamodule) -> dict[str, Any]:
+    """What a checkpoint records about its data: a sha256 over the fold's files' own sha256
+    (split by split, in order; the reader's cache has them, so no text is read again), the
+    feature count, the normalization with its statistics and the feature transform (only when
+    there is one, so fingerprints of untransformed data are unchanged)."""
+    digest = hashlib.sha256()
+    for split in ("train", "val", "test"):
+        for file_digest in datamodule.file_sha256(split):
+            digest.update(f"{split}\0{file_digest}".encode())
+    stats = {}
+    for name in ("feature_mean", "feature_std"):
+        value = getattr(datamodule, name)
+        stats[name] = None if value is None else np.asarray(value, dtype=np.float64).tolist()
+    transform = getattr(datamodule, "feature_transform", None)
+    if transform is not None:
+        stats["transform"] = transform.describe()
+    return {
+        "content_sha256": digest.hexdigest(),
+        "n_features": int(datamodule.n_features),
+        "normalization": datamodule.normalization,
+        **stats,
+    }
+
+
+def _normalization(data: dict[str, Any]) -> str:
+    transform = f"{data['transform']} then " if data.get("transform") else ""
+    if data["feature_mean"] is None:
+        return transform + data["normalization"]
+    stats = np.asarray([data["feature_mean"], data["feature_std"]], dtype=np.float64)
+    return (
+        f"{transform}{data['normalization']} (training mean/std sha256 "
+        f"{hashlib.sha256(stats.tobytes()).hexdigest()[:12]})"
+    )
+
+
+def check_same_data(saved: dict[str, Any] | None, data: dict[str, Any], allow: bool) -> None:
+    """Refuse to score data whose features the checkpoint's model cannot read as it was trained
+    to: another feature count (always), another normalization (unless ``allow``: the data's
+    own statistics are then refitted and used)."""
+    if saved is None:
+        return
+    if saved["n_features"] != data["n_features"]:
+        raise ValueError(
+            f"the checkpoint's model reads {saved['n_features']} features, the data has "
+            f"{data['n_features']}: choose data with {saved['n_features']} features"
+        )
+    if _normalization(saved) != _normalization(data):
+        message = (
+            f"the checkpoint was trained on features normalized as "
+            f"{_normalization(saved)}, the data is normalized as {_normalization(data)}"
+        )
+        if not allow:
+            raise ValueError(
+                f"{message}; score files with the checkpoint's own statistics "
+                "(files=[a.txt,...]), or pass allow_data_mismatch=true to refit them on this "
+                "data's training split"
+            )
+        log.warning("%s (allow_data_mismatch=true)", message)
+    if saved["content_sha256"] != data["content_sha256"]:
+        log.info(
+            "scoring other data than the checkpoint's (sha256 %s..., trained on %s...)",
+            data["content_sha256"][:12],
+            saved["content_sha256"][:12],
+        )

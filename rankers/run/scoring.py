@@ -1,0 +1,126 @@
+"""Scoring LETOR rows with a trained scorer and writing what a run writes about them.
+
+Public API::
+
+    read_letor_files(paths, n_features, nan_policy="error", null_value=None) -> LetorSplit
+    score_split(scorer, split, batch_size=128) -> float64 [rows]   # in source-file row order
+    write_predictions(out, scores, split, evaluate, ks) -> metrics | None
+    metrics_table(values) -> str
+
+:func:`read_letor_files` reads any LETOR files as they are (raw features, no fold layout, no
+training split): what ``task=test|predict files=[...]`` scores with the checkpoint's own
+feature transform and statistics (a :class:`~differank.rankers.run.export.Scorer`).
+:func:`write_predictions` writes, under ``out``: ``predictions/test.txt`` (one ``%.17g`` score per
+row, what ``Eval-Score-4.0.pl`` reads), ``predictions/test.sources`` (the files, in order),
+``predictions/test.run`` (a TREC run) and, when ``evaluate`` (the labels are judgements),
+``predictions/test.qrels`` (TREC qrels of the same doc ids) and ``test_metrics.json`` (LETOR 4.0
+metrics of the rows in memory: what ``python -m differank.rankers.metrics.evaluate`` gives).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.table import Table
+from torch import nn
+
+from differank.datamodules.collate import collate_queries
+from differank.datamodules.letor import LetorQueryDataset, LetorSplit
+from differank.datamodules.reader import group_queries, read_letor_file
+from differank.rankers.metrics.evaluate import evaluate_arrays
+from differank.rankers.run.export import write_trec_qrels, write_trec_run
+from differank.rankers.training.module import scores_in_row_order
+
+
+def read_letor_files(
+    paths: Sequence[str | Path],
+    n_features: int,
+    nan_policy: str = "error",
+    null_value: float | None = None,
+) -> LetorSplit:
+    """The rows of ``paths`` in order as one split of raw float32 features [rows,
+    ``n_features``] (features a file does not write are 0). A file writing a feature beyond
+    ``n_features`` is refused: the model has no weight for it."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    if not paths:
+        raise ValueError("files=[...] must name at least one LETOR file")
+    parts = []
+    for path in paths:
+        part = read_letor_file(Path(path).expanduser())
+        part.check_values(nan_policy=nan_policy, null_value=null_value, label_range=None)
+        beyond = np.flatnonzero(part.present[n_features:])
+        if len(beyond):
+            raise ValueError(
+                f"{path}: feature {int(beyond[0]) + n_features + 1} is beyond the {n_features} "
+                "features the model reads"
+            )
+        parts.append(part)
+    features = np.zeros((sum(p.num_rows for p in parts), n_features), np.float32)
+    row = 0
+    for part in parts:
+        width = min(part.max_feature_index, n_features)
+        block = features[row : row + part.num_rows, :width]
+        part.copy_rows(block, 0, part.num_rows, nan_policy=nan_policy, null_value=null_value)
+        row += part.num_rows
+    qids = np.concatenate([p.qids for p in parts])
+    query_ids, rows, lengths = group_queries(qids)
+    return LetorSplit(
+        name="test",
+        files=[p.path for p in parts],
+        features=features,
+        labels=np.concatenate([p.labels for p in parts]).astype(np.float32),
+        qids=qids,
+        query_ids=query_ids,
+        query_rows=np.split(rows, np.cumsum(lengths)[:-1]),
+        queries=np.arange(len(query_ids)),
+        sources=parts,
+    )
+
+
+@torch.no_grad()
+def score_split(scorer: nn.Module, split: LetorSplit, batch_size: int = 128) -> torch.Tensor:
+    """``scorer(features, mask)`` of every row of ``split``, float64 [rows] in row order."""
+    dataset = LetorQueryDataset(split)
+    rows, values = [], []
+    for start in range(0, len(dataset), batch_size):
+        stop = min(start + batch_size, len(dataset))
+        batch = collate_queries([dataset[i] for i in range(start, stop)])
+        scores = scorer(batch["features"], batch["mask"])
+        rows.append(batch["doc_index"][batch["mask"]])
+        values.append(scores[batch["mask"]])
+    return scores_in_row_order(rows, values, split.num_rows)
+
+
+def write_predictions(
+    out: Path, scores: torch.Tensor, split: LetorSplit, evaluate: bool, ks: Sequence[int]
+) -> dict[str, float] | None:
+    """The run's files about ``split`` (module docstring); its metrics when ``evaluate``."""
+    predictions = Path(out) / "predictions"
+    predictions.mkdir(parents=True, exist_ok=True)
+    (predictions / "test.txt").write_text("".join(f"{s:.17g}\n" for s in scores.tolist()))
+    (predictions / "test.sources").write_text("".join(f"{path}\n" for path in split.files))
+    qids, docids = split.qids.tolist(), split.docids.tolist()
+    write_trec_run(predictions / "test.run", qids, docids, scores)
+    if not evaluate:
+        return None
+    write_trec_qrels(predictions / "test.qrels", qids, docids, split.labels)
+    values = evaluate_arrays(scores, split.labels, split.qids, ks=ks)
+    (Path(out) / "test_metrics.json").write_text(json.dumps(values, indent=2) + "\n")
+    return values
+
+
+def metrics_table(values: dict[str, float]) -> str:
+    """``values`` as the console's two-column table."""
+    table = Table("metric", "test")
+    for key, value in values.items():
+        table.add_row(key, f"{value:.4f}")
+    text = io.StringIO()
+    Console(file=text, width=100).print(table)
+    return text.getvalue().rstrip()

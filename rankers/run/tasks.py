@@ -1,0 +1,223 @@
+"""The tasks of ``train.py``: fit, test, predict, export (see train.py's docstring for what
+each writes). Imported only when a task runs, so ``python train.py --help`` and a mistyped
+override answer without loading Lightning.
+
+Public API::
+
+    run_task(cfg, run_dir) -> float   # the best monitored validation value (fit), else NaN
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+
+import pytorch_lightning as pl
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from differank.rankers.run.export import (
+    export_onnx,
+    export_torchscript,
+    serving_record,
+    serving_scorer,
+)
+from differank.rankers.run.restore import (
+    build_run,
+    check_same_data,
+    data_fingerprint,
+    resolved,
+    restore_run,
+    scorer_from_checkpoint,
+)
+from differank.rankers.run.scoring import (
+    metrics_table,
+    read_letor_files,
+    score_split,
+    write_predictions,
+)
+from differank.rankers.training.checkpoints import load_checkpoint
+
+TASKS = ("fit", "test", "predict", "export")
+log = logging.getLogger(__name__)
+
+# Known third-party noise, filtered as pyproject.toml's pytest filterwarnings does. Only these
+# exact messages: differank's own warnings (and any other) always show.
+NOISY_WARNINGS = (
+    r".*isinstance\(treespec, LeafSpec\)",  # pytorch_lightning's pytree vs newer torch
+    r".*does not have many workers",  # the LETOR loaders are in-memory; workers do not help
+    r"You are using a custom batch sampler",  # ours shards queries itself (DDP)
+    r"The `srun` command is available",  # a SLURM login node running a local job
+)
+
+
+def _not_a_tip(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("💡 Tip")  # Lightning's litlogger advert
+
+
+def quiet_third_party() -> None:
+    for message in NOISY_WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
+    logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_not_a_tip)
+    # An ONNX export logs ~12 lines: "torchvision is not installed" warnings of the exporter's
+    # registry and the graph passes' INFO ("No unused functions to remove", "PassManager: ...").
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
+    for name in ("torch.onnx", "onnxscript", "onnx_ir"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def run_task(cfg: DictConfig, run_dir: Path) -> float:
+    """Run ``cfg.task`` and write the outputs into ``run_dir``; ``cfg`` is the composed
+    ``conf/train.yaml``."""
+    files = cfg.get("files")
+    if cfg.task not in TASKS or (cfg.task != "fit" and not cfg.ckpt_path):
+        raise ValueError(
+            f"task must be one of {TASKS} (all but fit need ckpt_path=...), "
+            f"got task={cfg.task} ckpt_path={cfg.ckpt_path}"
+        )
+    if files and cfg.task not in ("test", "predict"):
+        raise ValueError(f"files=... is scored by task=test or task=predict, not task={cfg.task}")
+    quiet_third_party()
+    if cfg.task == "fit":
+        return fit(cfg, run_dir)
+    checkpoint = load_checkpoint(cfg.ckpt_path)
+    serving = checkpoint.get("differank", {}).get("serving")
+    if cfg.task == "export" and serving is not None:  # the checkpoint alone: no data read
+        export(scorer_from_checkpoint(checkpoint, cfg.ckpt_path)[0], run_dir)
+    elif files:
+        score_files(cfg, checkpoint, run_dir, [files] if isinstance(files, str) else list(files))
+    else:
+        evaluate_restored(cfg, checkpoint, run_dir)
+    return float("nan")
+
+
+def fit(cfg: DictConfig, run_dir: Path) -> float:
+    """Train (resuming from ``ckpt_path``), then test the best epoch and write the outputs."""
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    datamodule, model = build_run(cfg, trusted=True)
+    trainer = make_trainer(cfg)
+    model.run_record = {
+        "config": resolved(cfg),
+        "monitor": cfg.monitor,
+        "data": data_fingerprint(datamodule),
+        "serving": serving_record(datamodule),
+    }
+    trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.ckpt_path, weights_only=True)
+    saver = trainer.checkpoint_callback
+    best = saver.best_model_path if saver and saver.best_model_path else None
+    score = saver.best_model_score if saver else None
+    value = float(score if score is not None else trainer.callback_metrics[cfg.monitor])
+    trainer.test(model, datamodule=datamodule, ckpt_path=best, verbose=False, weights_only=True)
+    if best:
+        weights = describe_checkpoint(load_checkpoint(best), cfg.monitor)
+    else:
+        metric = trainer.callback_metrics.get(cfg.monitor)
+        shown = "" if metric is None else f", {cfg.monitor} {float(metric):.4f}"
+        weights = f"last epoch {trainer.current_epoch - 1}{shown}"
+    write_lightning_outputs(cfg, trainer, model, datamodule, run_dir, weights)
+    return value
+
+
+def evaluate_restored(cfg: DictConfig, checkpoint: dict, run_dir: Path) -> None:
+    """test / predict / export on the data the checkpoint was trained with (its fold layout,
+    command-line overrides winning), rebuilt from the checkpoint's config."""
+    record = checkpoint.get("differank")
+    cfg = restore_run(cfg, checkpoint, cfg.ckpt_path)
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    datamodule, model = build_run(cfg, trusted=record is None)
+    if record is not None:
+        check_same_data(record.get("data"), data_fingerprint(datamodule), cfg.allow_data_mismatch)
+    model.load_state_dict(checkpoint["state_dict"])
+    if cfg.task == "export":  # a checkpoint without a serving record: statistics from the data
+        export(serving_scorer(model.ranker, serving_record(datamodule)), run_dir)
+        return
+    trainer = make_trainer(cfg)
+    if cfg.task == "predict":
+        trainer.predict(model, datamodule=datamodule, return_predictions=False)
+    else:
+        trainer.test(model, datamodule=datamodule, verbose=False, weights_only=True)
+    write_lightning_outputs(
+        cfg, trainer, model, datamodule, run_dir, describe_checkpoint(checkpoint, cfg.monitor)
+    )
+
+
+def score_files(cfg: DictConfig, checkpoint: dict, run_dir: Path, files: list[str]) -> None:
+    """test / predict on LETOR files given on the command line, with the checkpoint's own
+    feature transform and statistics (no fold layout, no training data)."""
+    scorer, module = scorer_from_checkpoint(checkpoint, cfg.ckpt_path)
+    data = restore_run(cfg, checkpoint, cfg.ckpt_path).data  # the run's reading options
+    nan_policy, null_value = data.get("nan_policy", "error"), data.get("null_value")
+    split = read_letor_files(files, scorer.n_features, nan_policy, null_value)
+    scores = score_split(scorer, split, batch_size=data.get("eval_batch_size", 128))
+    weights = describe_checkpoint(checkpoint, cfg.monitor)
+    metrics = write_predictions(
+        run_dir, scores, split, evaluate=cfg.task == "test", ks=module.test_metrics.ks
+    )
+    report(run_dir, metrics, weights)
+
+
+def make_trainer(cfg: DictConfig) -> pl.Trainer:
+    callbacks = [instantiate(callback) for callback in cfg.callbacks.values()]
+    if cfg.quiet:
+        callbacks = [c for c in callbacks if not isinstance(c, pl.callbacks.ProgressBar)]
+    trainer = instantiate(
+        cfg.trainer,
+        callbacks=callbacks,
+        logger=[instantiate(logger) for logger in cfg.logger.values()],
+        enable_progress_bar=any(isinstance(c, pl.callbacks.ProgressBar) for c in callbacks),
+    )
+    check_ddp_launch(trainer)
+    return trainer
+
+
+def write_lightning_outputs(cfg, trainer, model, datamodule, run_dir: Path, weights: str) -> None:
+    """The run's prediction files (and metrics, except for predict) of the test split that
+    ``trainer`` just scored; under DDP only global rank 0 writes."""
+    if not trainer.is_global_zero or trainer.fast_dev_run:  # fast_dev_run: one batch only
+        return
+    scores = model.scores_by_row(datamodule.num_rows("test"))
+    split = datamodule.split_data("test")
+    metrics = write_predictions(
+        run_dir, scores, split, evaluate=cfg.task != "predict", ks=model.test_metrics.ks
+    )
+    report(run_dir, metrics, weights)
+
+
+def report(run_dir: Path, metrics: dict[str, float] | None, weights: str) -> None:
+    if metrics is None:
+        log.info("predictions of %s: %s", weights, run_dir / "predictions")
+    else:
+        table = metrics_table(metrics)
+        log.info("test metrics of %s:\n%s\noutputs: %s", weights, table, run_dir)
+
+
+def describe_checkpoint(checkpoint: dict, monitor: str) -> str:
+    """Which weights were scored: the checkpoint's epoch and validation value."""
+    value = checkpoint.get("differank", {}).get("validation", {}).get(monitor)
+    shown = "" if value is None else f", {monitor} {value:.4f}"
+    return f"epoch {checkpoint.get('epoch', '?')}{shown}"
+
+
+def check_ddp_launch(trainer: pl.Trainer) -> None:
+    """Lightning starts local DDP ranks by re-running the command line, which under ``-m`` is
+    the whole sweep; a SLURM launcher starts the ranks itself."""
+    spawns = trainer.world_size > 1
+    spawns = spawns and not trainer.strategy.cluster_environment.creates_processes_externally
+    if spawns and HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        raise ValueError(
+            "local multi-process DDP cannot run inside a sweep (-m): sweep with "
+            "hydra/launcher=slurm_gpu (SLURM starts one process per GPU)"
+        )
+
+
+def export(scorer, run_dir: Path) -> None:
+    """``export/scorer.pt`` and ``export/scorer.onnx``: raw features in (and the mask, for a
+    ranker that attends over the list), scores out."""
+    log.info("TorchScript: %s", export_torchscript(scorer, run_dir / "export/scorer.pt"))
+    try:
+        log.info("ONNX: %s", export_onnx(scorer, run_dir / "export/scorer.onnx"))
+    except ImportError as error:  # onnx / onnxscript are the optional "export" extra
+        log.warning("ONNX export skipped (pip install 'differank[export]'): %s", error)
