@@ -17,8 +17,8 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from differank.rankers.run.restore import resolved
 from tests.conftest import MQ2008, ROOT
-from train import resolved
 
 CONF = ROOT / "conf"
 
