@@ -67,12 +67,12 @@ def ranking_batch(
     """A padded batch of 5 queries, deterministic given ``seed``; NaN in every padded slot.
 
     Query 0 has ``max_docs`` documents and query 1 one fewer (labels in ``0..levels-1`` with
-    ties), query 2 is a short list of 2, query 3 has 3 documents of one label (no pair) and
-    query 4 a single document (no pair). Padding is scattered over each row. Values are scores
-    [B, L], or features [B, L, F] with ``feature_dim=F`` (ConeRank).
+    ties), query 2 is a short list of 2, query 3 has 3 documents of one label (no pair), query 4
+    a single document and query 5 none (no pair either). Padding is scattered over each row.
+    Values are scores [B, L], or features [B, L, F] with ``feature_dim=F`` (ConeRank).
     """
     g = torch.Generator().manual_seed(seed)
-    sizes = torch.tensor([max_docs, max_docs - 1, 2, 3, 1])
+    sizes = torch.tensor([max_docs, max_docs - 1, 2, 3, 1, 0])
     batch = len(sizes)
     mask = torch.arange(length) < sizes.unsqueeze(1)
     labels = torch.randint(0, levels, (batch, length), generator=g)
@@ -94,14 +94,15 @@ class LossCase:
 
     ``function(values, labels, mask, *call_args, reduction=..., **options)`` and
     ``module(reduction=..., **options)(values, labels, mask, *call_args)`` must compute the
-    same thing; ``oracle(values, labels, mask)`` gives the per-query loss [B] in float64 from
-    the equations, on values whose padding is 0 (autograd through it is the oracle gradient).
+    same thing; ``oracle(values, labels, mask, *call_args)`` gives the per-query loss [B] in
+    float64 from the equations, on values whose padding is 0 (autograd through it is the oracle
+    gradient, w.r.t. the values and the floating ``call_args``).
     """
 
     name: str
     function: Callable[..., torch.Tensor]
     module: type[nn.Module]
-    oracle: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+    oracle: Callable[..., torch.Tensor]
     options: Mapping[str, Any] = field(default_factory=dict)
     # positional inputs after the mask (ConeRank's basis [F, K])
     call_args: tuple[torch.Tensor, ...] = ()
@@ -131,22 +132,25 @@ class LossCase:
         torch.manual_seed(0)
         return stack
 
-    def loss(self, values, labels, mask, reduction: str = "none") -> torch.Tensor:
+    def loss(self, values, labels, mask, reduction="none", call_args=None) -> torch.Tensor:
+        """The function; ``call_args`` replaces the entry's (e.g. a basis that requires grad)."""
+        call_args = self.call_args if call_args is None else call_args
         with self.seeded():
-            return self.function(
-                values, labels, mask, *self.call_args, reduction=reduction, **self.options
-            )
+            return self.function(values, labels, mask, *call_args, reduction=reduction,
+                                 **self.options)  # fmt: skip
 
     def make_module(self, reduction: str = "mean") -> nn.Module:
         return self.module(reduction=reduction, **self.options)
 
-    def run_module(self, module: Callable, values, labels, mask) -> torch.Tensor:
+    def run_module(self, module: Callable, values, labels, mask, call_args=None) -> torch.Tensor:
+        call_args = self.call_args if call_args is None else call_args
         with self.seeded():
-            return module(values, labels, mask, *self.call_args)
+            return module(values, labels, mask, *call_args)
 
-    def expected(self, values, labels, mask) -> torch.Tensor:
+    def expected(self, values, labels, mask, call_args=None) -> torch.Tensor:
+        call_args = self.call_args if call_args is None else call_args
         with self.seeded():
-            return self.oracle(values, labels, mask)
+            return self.oracle(values, labels, mask, *call_args)
 
 
 # ---- fixed hyperparameters the entries share ----
@@ -262,7 +266,7 @@ CASES: dict[str, LossCase] = {
             "cone",
             cone_loss,
             ConeLoss,
-            oracles.per_query_oracle(partial(oracles.cone_query_loss_oracle, basis=CONE_BASIS)),
+            oracles.per_query_oracle(oracles.cone_query_loss_oracle),
             options=CONE_TIGHT,
             call_args=(CONE_BASIS,),
             feature_dim=4,
@@ -273,9 +277,7 @@ CASES: dict[str, LossCase] = {
             "cone_orthant",
             cone_loss,
             ConeLoss,
-            oracles.per_query_oracle(
-                partial(oracles.cone_query_loss_oracle, basis=CONE_BASIS, constraint="cone")
-            ),
+            oracles.per_query_oracle(partial(oracles.cone_query_loss_oracle, constraint="cone")),
             options={**CONE_TIGHT, "constraint": "cone"},
             call_args=(CONE_BASIS,),
             feature_dim=4,

@@ -510,21 +510,22 @@ def convex_pair_space_oracle(scores, labels):
 
 
 def per_query_oracle(query_oracle):
-    """Turn ``query_oracle(values, labels)`` (one query's real documents) into a batch oracle
-    ``(values [B, L] or [B, L, F], labels [B, L], mask [B, L]) -> [B]``.
+    """Turn ``query_oracle(values, labels, *extra)`` (one query's real documents) into a batch
+    oracle ``(values [B, L] or [B, L, F], labels [B, L], mask [B, L], *extra) -> [B]``; ``extra``
+    are inputs shared by every query (ConeRank's basis).
 
     A query whose real labels are all equal has no preference pair: 0. Queries are sliced with
     differentiable indexing, so autograd through the result gives the oracle gradient at the
     real documents (0 at padding, which the caller fills with 0).
     """
 
-    def query(values, labels):
+    def query(values, labels, extra):
         if torch.unique(labels).numel() < 2:  # no preference pair: 0, still in the graph
-            return 0.0 * values.sum()
-        return torch.as_tensor(query_oracle(values, labels)).to(values.dtype).reshape(())
+            return 0.0 * (values.sum() + sum(t.sum() for t in extra))
+        return torch.as_tensor(query_oracle(values, labels, *extra)).to(values.dtype).reshape(())
 
-    def batch_oracle(values, labels, mask):
-        return torch.stack([query(values[b][mask[b]], labels[b][mask[b]]) for b in
+    def batch_oracle(values, labels, mask, *extra):
+        return torch.stack([query(values[b][mask[b]], labels[b][mask[b]], extra) for b in
                             range(values.shape[0])])  # fmt: skip
 
     return batch_oracle
