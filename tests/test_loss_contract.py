@@ -1,6 +1,7 @@
 """The contract every loss of ``differank.losses`` keeps, run over the registry of
-tests/loss_registry.py: one parametrised suite, one entry per loss (docs/architecture.md#how-a-loss-
-is-tested). A check a loss cannot satisfy is a strict xfail with the registry's reason."""
+tests/loss_registry.py: one parametrised suite, one entry per loss
+(docs/architecture.md#how-a-loss-is-tested). A check a loss cannot satisfy is a strict xfail
+with the registry's reason."""
 
 from __future__ import annotations
 
