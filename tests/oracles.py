@@ -504,3 +504,66 @@ def convex_pair_space_oracle(scores, labels):
         )
         energies.append(loss - w_delta_phi / len(pairs))
     return torch.logsumexp(torch.stack([torch.as_tensor(e) for e in energies]), 0)
+
+
+# ---- batched views: a per-query oracle applied to a padded batch (tests/loss_registry.py) ----
+
+
+def per_query_oracle(query_oracle):
+    """Turn ``query_oracle(values, labels, *extra)`` (one query's real documents) into a batch
+    oracle ``(values [B, L] or [B, L, F], labels [B, L], mask [B, L], *extra) -> [B]``; ``extra``
+    are inputs shared by every query (ConeRank's basis).
+
+    A query whose real labels are all equal has no preference pair: 0. Queries are sliced with
+    differentiable indexing, so autograd through the result gives the oracle gradient at the
+    real documents (0 at padding, which the caller fills with 0).
+    """
+
+    def query(values, labels, extra):
+        if torch.unique(labels).numel() < 2:  # no preference pair: 0, still in the graph
+            return 0.0 * (values.sum() + sum(t.sum() for t in extra))
+        return torch.as_tensor(query_oracle(values, labels, *extra)).to(values.dtype).reshape(())
+
+    def batch_oracle(values, labels, mask, *extra):
+        return torch.stack([query(values[b][mask[b]], labels[b][mask[b]], extra) for b in
+                            range(values.shape[0])])  # fmt: skip
+
+    return batch_oracle
+
+
+def hinge_query_oracle(scores, labels, k, ystar="compatible"):
+    """ξ_q of :func:`hinge_brute_force_oracle` as a differentiable scalar: ŷ and y* are fixed,
+    so ξ is linear in s with gradient ``A(ŷ_i) − A(y*_i)`` (docs/objectives/hinge.md#the-loss)."""
+    value, _, grad = hinge_brute_force_oracle(scores.detach().tolist(), labels.tolist(), k, ystar)
+    slope = torch.tensor(grad, dtype=scores.dtype)
+    return value + ((scores - scores.detach()) * slope).sum()
+
+
+def convex_sampled_oracle(delta="ndcg", ndcg_k=None, objective="convex", **sampler_options):
+    """Batch oracle of the sampled :func:`~differank.losses.convex.convex_loss`: the set-LSE of
+    :func:`convex_set_lse_oracle` over the orders the sampler draws from the global RNG (the
+    caller seeds it as it seeds the loss), translated from slots to real documents."""
+    from differank.losses.algorithms.permutation_sampler import query_tables
+
+    def batch_oracle(scores, labels, mask):
+        tables = query_tables(labels, mask, delta=delta, ndcg_k=ndcg_k, dtype=scores.dtype)
+        target = "convex" if objective == "convex" else "model"
+        safe = torch.where(mask, scores, 0.0).detach()
+        orders = sample_orders(safe, tables, target=target, **sampler_options)
+        values = []
+        for b in range(scores.shape[0]):
+            slots = mask[b].nonzero().squeeze(-1)
+            real_labels = labels[b, slots]
+            if torch.unique(real_labels).numel() < 2:
+                values.append(0.0 * scores[b].sum())
+                continue
+            to_real = {int(slot): index for index, slot in enumerate(slots)}
+            real_orders = [[to_real[int(d)] for d in row[: len(slots)]] for row in orders[b]]
+            values.append(
+                convex_set_lse_oracle(
+                    scores[b, slots], real_labels, real_orders, delta, ndcg_k, objective
+                )
+            )
+        return torch.stack(values)
+
+    return batch_oracle

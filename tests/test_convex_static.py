@@ -43,15 +43,6 @@ def compiled(loss):
     return torch.compile(loss, fullgraph=True, backend="aot_eager")
 
 
-@pytest.mark.slow  # ~10 s; the default suite runs the same check in tests/test_compile.py
-def test_default_loss_compiles_fullgraph_and_matches_eager():
-    loss = ConvexLoss()
-    scores, labels, mask = batch()
-    expected = forward_backward(loss, scores, labels, mask)
-    got = forward_backward(compiled(loss), scores, labels, mask)
-    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
-
-
 def test_compiling_module_ignores_seed_and_epoch_cache(monkeypatch):
     """While compiling, ``seed`` and the ``refresh="epoch"`` cache do not apply: the samples are
     the global RNG's, as for an eager ``ConvexLoss`` without either (checked eagerly, with the
