@@ -80,8 +80,9 @@ from differank.datamodules import letor_text as lt
 log = logging.getLogger(__name__)
 
 NAN_POLICIES = ("error", "allow", "zero")
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 # Bump when the cached arrays' meaning changes, so old cache entries are never reused.
-_CACHE_VERSION = 2
+_CACHE_VERSION = 3  # 3: values beyond float32's range count as non-finite
 _CHUNK = 32 * 2**20
 _GZIP_MAGIC = b"\x1f\x8b"
 _MESSAGES = {
@@ -148,10 +149,18 @@ class LetorFile:
                 "null_value=<number> to replace NULL values"
             )
         if self.meta["nonfinite"] and nan_policy == "error":
+            value = self.meta["nonfinite_value"]
+            what = (
+                f"value {value:.9g} is beyond float32's range (|x| <= {FLOAT32_MAX:.8g}) and "
+                "would be stored as inf"
+                if math.isfinite(value)
+                else f"value {value}"
+            )
             raise ValueError(
                 f"{self.path}:{self.meta['nonfinite_line']}: feature "
-                f"{self.meta['nonfinite_feature']} is not finite (set nan_policy='allow' or "
-                "'zero' to accept NaN and inf values)"
+                f"{self.meta['nonfinite_feature']} is not finite ({what}; "
+                f"{self.meta['nonfinite']} such value(s) in the file); fix the file, or set "
+                "nan_policy='zero' (replace them by 0) or 'allow' (keep NaN / inf)"
             )
         if label_range is not None:
             bad = (self.labels < label_range[0]) | (self.labels > label_range[1])
@@ -487,6 +496,7 @@ def _fill(path: Path, folder: Path | None, width: int, hasher, guessed: bool) ->
     present = np.zeros(width, bool)
     docids, doc_lengths = [], []
     state = {"rows": 0, "lines": 0, "nonfinite": 0, "nonfinite_line": 0, "nonfinite_col": 0}
+    state["nonfinite_value"] = 0.0
 
     def done(number, chunk, result, outputs):
         rows, nulls = int(result[lt.R_ROWS]), int(result[lt.R_NULLS])
@@ -503,6 +513,8 @@ def _fill(path: Path, folder: Path | None, width: int, hasher, guessed: bool) ->
         if result[lt.R_NONFINITE] and not state["nonfinite"]:
             state["nonfinite_line"] = state["lines"] + int(result[lt.R_NONFINITE_LINE])
             state["nonfinite_col"] = int(result[lt.R_NONFINITE_COL])
+            bits = result[lt.R_NONFINITE_BITS : lt.R_NONFINITE_BITS + 1]
+            state["nonfinite_value"] = float(bits.view(np.float64)[0])
         state["nonfinite"] += int(result[lt.R_NONFINITE])
         state["rows"] += rows
         state["lines"] += int(result[lt.R_LINES])
@@ -531,6 +543,7 @@ def _fill(path: Path, folder: Path | None, width: int, hasher, guessed: bool) ->
         "nonfinite": state["nonfinite"],
         "nonfinite_line": state["nonfinite_line"],
         "nonfinite_feature": state["nonfinite_col"],
+        "nonfinite_value": state["nonfinite_value"],
     }
     return arrays, meta
 
