@@ -53,6 +53,8 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from differank.datamodules import cache
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SPLIT_FILES = {  # the DataModule's name <- the names publishers use
     "train": ("train.txt", "trainingset.txt"),
@@ -296,13 +298,6 @@ MAX_EXPANSION = 100
 MIN_BUDGET = 64 * 2**20
 
 
-def free_disk_bytes(folder: Path) -> int:
-    """Free bytes on the filesystem that holds ``folder`` (or its nearest existing parent)."""
-    while not folder.exists():
-        folder = folder.parent
-    return shutil.disk_usage(folder).free
-
-
 def _members(archive: Path, kind: str) -> list[tuple[str, int, bool]]:
     """``(name, size, is_dir)`` of every member, from the archive's listing (nothing written).
     A tar member that is neither a file nor a folder (link, device, fifo) is an error."""
@@ -325,7 +320,7 @@ def check_budget(archive: Path, members: list[tuple[str, int, bool]], into: Path
     size = archive.stat().st_size
     total = sum(member_size for _, member_size, _ in members)
     allowed = max(MAX_EXPANSION * size, MIN_BUDGET)
-    free = free_disk_bytes(into)
+    free = cache.free_disk_bytes(into)
     if len(members) > MAX_MEMBERS:
         raise ValueError(
             f"{archive.name}: {len(members)} members, more than the {MAX_MEMBERS} a LETOR "

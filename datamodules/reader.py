@@ -254,15 +254,11 @@ def read_letor_file(path, *, cache_dir=None, verify_hash: bool = False) -> Letor
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"LETOR file not found: {path}")
-    root = Path(cache_dir or default_cache_dir()).expanduser() / "letor"
-    key = hashlib.sha256(f"{_CACHE_VERSION}\0{path.resolve()}".encode()).hexdigest()[:32]
-    entry = root / key
+    root, entry = _entry_of(path, cache_dir)
     stat = path.stat()
     cached = _load_entry(entry, path)
     if cached is not None:
-        same_stat = cached.meta["size"] == stat.st_size and cached.meta["mtime_ns"] == (
-            stat.st_mtime_ns
-        )
+        same_stat = _same_stat(cached, stat)
         if same_stat and not verify_hash:
             return cached
         if _file_sha256(path) == cached.meta["sha256"]:
@@ -272,6 +268,103 @@ def read_letor_file(path, *, cache_dir=None, verify_hash: bool = False) -> Letor
             return cached
         log.info("%s changed since it was cached; parsing it again", path)
     return _parse_into_cache(path, root, entry)
+
+
+def _entry_of(path: Path, cache_dir) -> tuple[Path, Path]:
+    """The cache root of parsed files and ``path``'s entry in it (keyed by the absolute path)."""
+    root = Path(cache_dir or default_cache_dir()).expanduser() / "letor"
+    key = hashlib.sha256(f"{_CACHE_VERSION}\0{path.resolve()}".encode()).hexdigest()[:32]
+    return root, root / key
+
+
+def _same_stat(cached: LetorFile, stat: os.stat_result) -> bool:
+    return cached.meta["size"] == stat.st_size and cached.meta["mtime_ns"] == stat.st_mtime_ns
+
+
+# ---- budgets: memory and disk, stated before anything is allocated ------------------------------
+
+
+def available_memory_bytes() -> int | None:
+    """Memory this machine can still give without swapping (``MemAvailable``: free memory plus
+    reclaimable page cache); ``None`` where it cannot be known."""
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return None
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.2f} GiB"
+
+
+def _check_budget(subject: str, memory: int, disk: int, cache_root: Path) -> None:
+    """Refuse, with the numbers and the ways out, a dense float32 load of ``memory`` bytes (and
+    ``disk`` bytes written to the cache) that this machine's free memory or the cache disk's
+    free space cannot hold."""
+    available = available_memory_bytes()
+    if available is not None and memory > available:
+        raise ValueError(
+            f"{subject} need {_gib(memory)} of memory, but {_gib(available)} is available. "
+            "Features are held dense up to the largest feature index: renumber the features "
+            "densely (indices 1..K for the K features used), or free memory"
+        )
+    free = cache.free_disk_bytes(cache_root)
+    if disk > free:
+        raise ValueError(
+            f"{subject} need {_gib(disk)} in the cache {cache_root}, but its disk has "
+            f"{_gib(free)} free. Set data.cache_dir (or $DIFFERANK_CACHE) to a disk with room, "
+            "free space, or renumber the features densely (indices 1..K for the K features used)"
+        )
+
+
+def _planned_shape(path: Path, cache_dir) -> tuple[int, int, bool]:
+    """``(rows, width, cached)`` of ``path`` without parsing it: from its cache entry when that
+    is current, else estimated from the counting scan of its first chunk."""
+    cached = _load_entry(_entry_of(path, cache_dir)[1], path)
+    if cached is not None and _same_stat(cached, path.stat()):
+        return cached.num_rows, cached.max_feature_index, True
+    first = _scan_all_first_chunk(path)
+    return _estimated_rows(path, first), int(first[lt.R_MAX_INDEX]), False
+
+
+def _estimated_rows(path: Path, first: np.ndarray) -> int:
+    """Rows of the first chunk times the number of chunks of the file."""
+    return int(first[lt.R_ROWS]) * max(1, -(-path.stat().st_size // _CHUNK))
+
+
+def check_fold_budget(files: dict[str, list[Path]], *, cache_dir=None) -> None:
+    """Before any file of a fold is parsed: the dense float32 matrices of every split, both
+    the parsed copy (each file at its own width) and the normalised copy (every row at the
+    training files' width F), must fit in the available memory, and what a cold start writes
+    to the cache (the files not parsed yet, then the normalised copy) in the cache disk's free
+    space; otherwise a ``ValueError`` gives the numbers and the ways out. Shapes come from the
+    cache entries, or are estimated from each file's first 32 MiB."""
+    shapes = {
+        split: [(path, *_planned_shape(path, cache_dir)) for path in paths]
+        for split, paths in files.items()
+    }
+    every = [shape for split in shapes.values() for shape in split]
+    widest = max(every, key=lambda shape: shape[2])
+    width = max(shape[2] for shape in shapes.get("train", every))
+    rows = sum(shape[1] for shape in every)
+    parsed = sum(4 * n * f for _, n, f, _ in every)
+    normalised = 4 * rows * width
+    cold = not all(cached for *_, cached in every)
+    written = sum(4 * n * f for _, n, f, cached in every if not cached)
+    subject = (
+        f"{len(every)} files of {rows} rows (widest: {widest[0]}, feature index "
+        f"{widest[2]}) held as dense float32 parsed ({_gib(parsed)}) and normalised to "
+        f"{width} features ({_gib(normalised)})"
+    )
+    disk = written + (normalised if cold else 0)
+    _check_budget(subject, parsed + normalised, disk, _entry_of(widest[0], cache_dir)[0])
 
 
 # ---- parsing -----------------------------------------------------------------------------------
@@ -434,8 +527,7 @@ def _parse_into_cache(path: Path, root: Path, entry: Path) -> LetorFile:
     width (largest feature index) is taken from the first chunk; should a later line be wider,
     every chunk is counted first and the scan repeated at the true width."""
     first = _scan_all_first_chunk(path)
-    estimate = int(first[lt.R_ROWS]) * max(1, -(-path.stat().st_size // _CHUNK))
-    _check_dense_fits(path, estimate, int(first[lt.R_MAX_INDEX]))
+    _check_dense_fits(path, _estimated_rows(path, first), int(first[lt.R_MAX_INDEX]), root)
     folder = cache.new_entry(root)
     hasher = hashlib.sha256()
     try:
@@ -523,7 +615,7 @@ def _fill(path: Path, folder: Path | None, width: int, hasher, guessed: bool) ->
         _scan_all(path, scan_chunk, done, hasher, width_guessed=guessed)
         if state["rows"] == 0:
             raise ValueError(f"{path}: empty file (no data lines)")
-        _check_dense_fits(path, state["rows"], width)
+        _check_dense_fits(path, state["rows"], width, None)
     except BaseException:
         features.discard()
         raise
@@ -600,19 +692,12 @@ def _gather_spans(chunk: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.n
     return chunk[np.arange(total) + shift]
 
 
-def _check_dense_fits(path: Path, n_rows: int, n_features: int) -> None:
-    """Features are held dense: refuse (with the size) a file whose matrix cannot fit."""
-    need = n_rows * n_features * 4
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
-        return
-    if need > memory:
-        raise ValueError(
-            f"{path}: {n_rows} rows x {n_features} features need {need / 2**30:.1f} GiB as a "
-            f"dense float32 matrix, more than this machine's {memory / 2**30:.1f} GiB; "
-            "feature indices this large are not supported"
-        )
+def _check_dense_fits(path: Path, n_rows: int, n_features: int, cache_root: Path | None) -> None:
+    """One file's dense matrix against the budget (its disk part only while ``cache_root`` is
+    given: once counted, the bytes are already written)."""
+    need = 4 * n_rows * n_features
+    subject = f"{path}: {n_rows} rows x {n_features} features as a dense float32 matrix"
+    _check_budget(subject, need, need if cache_root else 0, cache_root or path.parent)
 
 
 # ---- the cache ----------------------------------------------------------------------------------

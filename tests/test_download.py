@@ -175,7 +175,7 @@ def test_too_many_members_or_too_little_free_disk_are_refused(tmp_path, monkeypa
     with pytest.raises(ValueError, match="5 members, more than the 4"):
         download.check_budget(archive, members, tmp_path)
     monkeypatch.setattr(download, "MAX_MEMBERS", 10)
-    monkeypatch.setattr(download, "free_disk_bytes", lambda folder: 10)
+    monkeypatch.setattr(download.cache, "free_disk_bytes", lambda folder: 10)
     with pytest.raises(ValueError, match=r"only 0.00 GiB are free .* pass --dir"):
         download.check_budget(archive, members, tmp_path)
 

@@ -318,12 +318,6 @@ def test_bad_options(options, message):
         check_read_options(**arguments)
 
 
-def test_a_dense_matrix_that_cannot_fit_is_refused_with_its_size(tmp_path, monkeypatch):
-    monkeypatch.setattr(os, "sysconf", lambda name: 1 if name == "SC_PAGE_SIZE" else 1000)
-    with pytest.raises(ValueError, match=r"wide.txt: 2 rows x 2000 features need 0.0 GiB"):
-        read(write(tmp_path, b"1 qid:1 2000:1\n0 qid:1 1:1\n", "wide.txt"))
-
-
 def no_parsing(*args, **kwargs):
     raise AssertionError("the parser must not run on a cache hit")
 
