@@ -7,6 +7,8 @@ Public API::
     group_queries(qids) -> (query_ids [Q], rows [N], lengths [Q])   # the query grouping rule
     write_letor(path, features, labels, qids, docids=None, *, float_format="%.9g")
     default_cache_dir() -> Path          # $DIFFERANK_CACHE or ~/.cache/differank
+    check_fold_budget(files, *, cache_dir=None)   # memory and disk, before a fold is parsed
+    NUMBER                               # the value syntax as a regex (one-number-per-line files)
 
 Format rules (the only statement of them; :mod:`differank.datamodules.letor_text` implements them):
 
@@ -65,6 +67,7 @@ import logging
 import math
 import mmap
 import os
+import re
 import shutil
 import zlib
 from collections.abc import Iterator
@@ -80,6 +83,12 @@ from differank.datamodules import letor_text as lt
 log = logging.getLogger(__name__)
 
 NAN_POLICIES = ("error", "allow", "zero")
+# The value syntax of letor_text._parse_value, for files of one number per line (the evaluator's
+# scores): [+-] then digits with an optional fraction (or a fraction alone) and an optional
+# exponent, or nan / inf / infinity in any case. No underscores, no hex, no blanks inside.
+NUMBER = re.compile(
+    r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|(?i:inf(?:inity)?|nan))"
+)
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 # Bump when the cached arrays' meaning changes, so old cache entries are never reused.
 _CACHE_VERSION = 3  # 3: values beyond float32's range count as non-finite

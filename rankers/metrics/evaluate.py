@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from differank.datamodules.reader import group_queries, read_letor_file
+from differank.datamodules.reader import NUMBER, group_queries, read_letor_file
 from differank.rankers.metrics.letor import check_metric_options, letor_metrics, metric_keys
 
 # Queries per letor_metrics call: bounds the padded [chunk, L] float64 work tensors.
@@ -39,18 +39,28 @@ def read_labels_and_qids(feature_files: Sequence[str | Path]) -> tuple[torch.Ten
 
 
 def read_scores(prediction_file: str | Path) -> list[float]:
-    """One score per line (trailing blank lines are allowed); NaN or non-numbers are errors."""
+    """One score per line (blanks around it and trailing blank lines are allowed), written in
+    the reader's number syntax (:data:`differank.datamodules.reader.NUMBER`: ``3_0``, ``0x1p3``
+    or a non-ASCII byte are errors); NaN is an error. Every error names ``file:line``."""
     path = Path(prediction_file)
-    with open(path, encoding="utf-8") as handle:
-        lines = handle.read().splitlines()
+    lines = path.read_bytes().splitlines()  # \n, \r\n or \r, as the reader counts lines
     while lines and not lines[-1].strip():
         lines.pop()
     scores = []
-    for number, line in enumerate(lines, start=1):
+    for number, raw in enumerate(lines, start=1):
         try:
-            value = float(line)
-        except ValueError:
-            raise ValueError(f"{path}:{number}: score is not a number: {line[:80]!r}") from None
+            line = raw.decode("ascii").strip(" \t")
+        except UnicodeDecodeError as error:
+            raise ValueError(
+                f"{path}:{number}: byte 0x{raw[error.start]:02x} at column {error.start + 1} is "
+                "not ASCII; a scores file holds one number per line"
+            ) from None
+        if not NUMBER.fullmatch(line):
+            raise ValueError(
+                f"{path}:{number}: score is not a number: {line[:80]!r} (a number is written "
+                "like 3, -0.5, .5, 1e-3 or inf: digits, one '.', an exponent, no '_')"
+            )
+        value = float(line)
         if math.isnan(value):
             raise ValueError(f"{path}:{number}: score is NaN")
         scores.append(value)
