@@ -13,19 +13,10 @@ extracted and each fold's files are moved to ``DIR/NAME/FoldK/{train,vali,test}.
 defaults to :func:`data_home`. RAR archives (LETOR 3.0 / 4.0) need an external tool: ``unrar``,
 ``7z`` or ``bsdtar``.
 
-Nothing an archive holds can hurt the files around it (rules in ``docs/data.md#downloads``):
-
-* an archive given with ``--archive`` is only read, never moved, changed or deleted; a digest
-  that differs from the known one is an error showing both digests, and ``--accept-sha256``
-  uses the archive anyway. A file the downloader fetched itself and found different is moved
-  aside (``NAME.zip.sha256-mismatch``), so the next run downloads it again;
-* extraction has a budget: at most :data:`MAX_MEMBERS` members, and at most
-  :data:`MAX_EXPANSION` times the archive's size (never less than :data:`MIN_BUDGET`) and no
-  more than the free disk, all checked from the archive's listing before a byte is written;
-* a member whose path leaves the folder (absolute, ``..``), or a link or device in a tar, is
-  an error naming the member;
-* everything is written to a temporary folder beside ``DIR/NAME`` and renamed into place once
-  complete, so a failure leaves no half-written ``Fold1/`` (and removes the temporary folder).
+Nothing an archive holds can hurt the files around it: a user's archive is only read (a digest
+mismatch is an error showing both digests; ``--accept-sha256`` continues), extraction has a
+budget checked from the archive's listing, no member may leave the folder, and the layout is
+renamed into place only once complete. The rules are stated in ``docs/data.md#downloads``.
 """
 
 from __future__ import annotations
@@ -291,7 +282,7 @@ def check_sha256(path: Path, dataset: Dataset, *, fetched: bool, accept: bool = 
     return digest
 
 
-# The extraction budget (see the module docstring): LETOR text compresses 5-10x, so 100x is
+# The extraction budget (docs/data.md#downloads): LETOR text compresses 5-10x, so 100x is
 # far beyond any real set and far below a decompression bomb.
 MAX_MEMBERS = 10_000
 MAX_EXPANSION = 100
@@ -353,7 +344,7 @@ def _inside(into: Path, name: str, archive: Path) -> Path:
 
 def extract(archive: Path, kind: str, into: Path) -> None:
     """Unpack ``archive`` (``zip``, ``tar.gz`` or, with an external tool, ``rar``) into
-    ``into``, under the budget and path rules of the module docstring."""
+    ``into``, under the budget and path rules of ``docs/data.md#downloads``."""
     into.mkdir(parents=True, exist_ok=True)
     if kind in ("zip", "tar.gz"):
         members = _members(archive, kind)

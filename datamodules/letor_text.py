@@ -1,7 +1,7 @@
 """The LETOR text scanner: one compiled pass over the bytes that applies every line rule.
 
-This module is the implementation of the format rules that :mod:`differank.datamodules.reader`
-documents (its docstring is the one statement of the policy); nothing else parses LETOR text.
+This module implements the text rules stated in ``docs/data.md`` (the one statement of them);
+nothing else parses LETOR text.
 
 :func:`scan` walks a buffer of whole lines once. With ``fill=False`` it only checks the lines and
 counts rows, NULL tokens and the largest feature index; with ``fill=True`` it also writes the

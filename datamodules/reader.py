@@ -10,53 +10,16 @@ Public API::
     check_fold_budget(files, *, cache_dir=None)   # memory and disk, before a fold is parsed
     NUMBER                               # the value syntax as a regex (one-number-per-line files)
 
-Format rules (the only statement of them; :mod:`differank.datamodules.letor_text` implements them):
+The data rules (the text format, the value rules, float32's range, the memory and disk budgets,
+the cache) are stated once, in ``docs/data.md``; :mod:`differank.datamodules.letor_text`
+implements the text rules, this module the value rules, the budgets and the cache.
 
-* **Compression**: a file whose first bytes are the gzip magic ``1f 8b`` is gunzipped (also
-  concatenated gzip members), whatever its name; any other file is read as text. Corrupt or
-  truncated gzip data is an error naming the file.
-* **Lines** end with ``\\n``, ``\\r\\n`` or a lone ``\\r`` (all three count as one line end, so
-  line numbers match what an editor shows). The last line needs no line end.
-* **Blank lines** (only spaces/tabs) and **comment lines** (first non-blank character ``#``)
-  hold no row; they are skipped and counted in line numbers. Any other line is a data line;
-  every data line is one row, in file order (nothing is dropped).
-* **Data line**: ``<label> qid:<qid> [<index>:<value> ...] [# comment]``, tokens separated by
-  spaces or tabs. ``#`` ends the data part anywhere on the line.
-* **Label**: an integer 0..31 written in digits only (``0``, ``2``, ``07``): ``1.5``, ``+1``,
-  ``1e0``, ``-1`` are errors. The bound keeps the NDCG gain ``2^label - 1`` finite and exact
-  enough in float32 sums; ``label_range`` (DataModule option) can narrow it.
-* **qid**: ``qid:`` and a decimal integer of at most 18 digits without leading zeros (``0`` is
-  fine, ``0201`` is an error), so every qid has one spelling and the same id means the same
-  query to the reader, the evaluator and ``Eval-Score-4.0.pl``.
-* **Queries** (:func:`group_queries`, used by the DataModule and the evaluator): rows with one
-  qid form one query even when they are not contiguous, rows in file order; queries are
-  ordered by first appearance.
-* **Features**: ``index:value`` with 1-based integer indices, strictly increasing on a line;
-  absent features are 0. A value is a decimal number (``3``, ``-0.5``, ``.5``, ``1e-3``), or
-  ``nan`` / ``inf`` / ``infinity`` (any case, optional sign), or ``NULL`` (LETOR 3.0 missing
-  values). Values are read as float64 and stored as float32.
-* **Comments**: the doc id of a row is the token after ``docid =`` in its comment, else the
-  whole comment without surrounding blanks, else "".
-* **Value rules** (applied by the DataModule, per its options, with ``file:line`` in every
-  message): ``NULL`` is an error unless ``null_value`` gives its replacement; NaN / inf are an
-  error unless ``nan_policy`` is ``allow`` or ``zero``; ``label_range=(lo, hi)`` rejects
-  labels outside it.
-* A file without any data line is an error. Every syntax error names ``file:line`` and the
-  offending token; the scan stops at the first one.
-
-Features are held dense, float32 [rows, largest index of the file]; sparse sets of modest width
-(LETOR 3.0, Istella) are fine, and a file whose dense matrix would not fit in this machine's
-memory is refused with the size it needs. Parsing is one compiled scan of each 32 MiB chunk
-(two threads) into chunk-sized arrays, appended in order to the cache entry as float32; the
-width is the largest feature index of the first chunk, and a file with a wider row later is
-counted in full first and scanned again (the one case that reads the text twice).
-
-**Cache**: ``cache_dir/letor/<key>/`` holds the arrays as ``.npy`` files, memory-mapped on load
-(processes on one machine share the pages), and ``meta.json`` (size, mtime, sha256 of the
-file's bytes, shapes and counts). The key is the file's absolute path. An entry is reused while
-size and mtime match; when they differ the file is hashed and the entry reused if the content
-is unchanged (``verify_hash=True`` always hashes). An entry whose arrays disagree with its
-metadata is re-parsed with a warning.
+How it reads: one compiled scan of each 32 MiB chunk of whole lines (two threads) into
+chunk-sized arrays, appended in order to the cache entry as float32; the width is the largest
+feature index of the first chunk, and a file with a wider row later is counted in full first and
+scanned again (the one case that reads the text twice). Cache entries
+(``cache_dir/letor/<key>/``, keyed by the absolute path) are memory-mapped on load and reused
+while size and mtime match, or while the content hash does.
 """
 
 from __future__ import annotations
@@ -150,7 +113,7 @@ class LetorFile:
         return np.asarray([blob[a:b].decode("utf-8", "replace") for a, b in spans], dtype=str)
 
     def check_values(self, *, nan_policy: str, null_value, label_range) -> None:
-        """The value rules of the module docstring; errors name file:line."""
+        """The value rules of ``docs/data.md``; errors name file:line."""
         if self.meta["nulls"] and null_value is None:
             line = self.line_numbers[self.null_rows[0]]
             raise ValueError(
@@ -255,7 +218,7 @@ def group_queries(qids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def read_letor_file(path, *, cache_dir=None, verify_hash: bool = False) -> LetorFile:
-    """Parse (or load from the cache) one LETOR file under the format rules above.
+    """Parse (or load from the cache) one LETOR file under the rules of ``docs/data.md``.
 
     ``cache_dir`` None -> :func:`default_cache_dir`; ``verify_hash`` re-hashes the file even
     when its size and mtime match the cache entry.
