@@ -307,8 +307,19 @@ def _planned_shape(path: Path, cache_dir) -> tuple[int, int, bool]:
 
 
 def _estimated_rows(path: Path, first: np.ndarray) -> int:
-    """Rows of the first chunk times the number of chunks of the file."""
-    return int(first[lt.R_ROWS]) * max(1, -(-path.stat().st_size // _CHUNK))
+    """Rows of the first chunk times the number of chunks of the file's text."""
+    return int(first[lt.R_ROWS]) * max(1, -(-_text_size(path) // _CHUNK))
+
+
+def _text_size(path: Path) -> int:
+    """Bytes of text in ``path``: its size, or for gzip the size its last member records
+    (ISIZE, modulo 4 GiB) when that is larger."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        if handle.read(2) != _GZIP_MAGIC or size < 20:
+            return size
+        handle.seek(-4, os.SEEK_END)
+        return max(size, int.from_bytes(handle.read(4), "little"))
 
 
 def check_fold_budget(files: dict[str, list[Path]], *, cache_dir=None) -> None:

@@ -3,6 +3,7 @@ fold whose dense float32 matrices (parsed and normalised) exceed the available m
 cache writes exceed the cache disk's free space, is refused with the numbers before any large
 allocation."""
 
+import gzip
 import tracemalloc
 
 import numpy as np
@@ -82,3 +83,11 @@ def test_a_single_file_read_alone_is_checked_too(tmp_path, monkeypatch):
     monkeypatch.setattr(reader, "available_memory_bytes", lambda: 1000)
     with pytest.raises(ValueError, match=r"wide.txt: 2 rows x 2000 features .* need 0.00 GiB"):
         reader.read_letor_file(path, cache_dir=tmp_path / "cache")
+
+
+def test_a_gzipped_file_is_estimated_at_its_text_size(tmp_path):
+    text = b"1 qid:1 1:0.5 2:0.25\n" * 200_000  # 4 MB of text, a few KB gzipped
+    path = tmp_path / "part.txt.gz"
+    path.write_bytes(gzip.compress(text))
+    assert path.stat().st_size < 100_000
+    assert reader._text_size(path) == len(text)
