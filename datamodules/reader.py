@@ -56,6 +56,7 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 # Bump when the cached arrays' meaning changes, so old cache entries are never reused.
 _CACHE_VERSION = 3  # 3: values beyond float32's range count as non-finite
 _CHUNK = 32 * 2**20
+_PROBE = 2**18  # the prefix of each file a fold's budget reads before anything is parsed
 _GZIP_MAGIC = b"\x1f\x8b"
 _MESSAGES = {
     lt.BAD_LABEL: "label {token!r} is not an integer 0..31 written in digits",
@@ -302,13 +303,14 @@ def _planned_shape(path: Path, cache_dir) -> tuple[int, int, bool]:
     cached = _load_entry(_entry_of(path, cache_dir)[1], path)
     if cached is not None and _same_stat(cached, path.stat()):
         return cached.num_rows, cached.max_feature_index, True
-    first = _scan_all_first_chunk(path)
-    return _estimated_rows(path, first), int(first[lt.R_MAX_INDEX]), False
+    first, covered = _scan_prefix(path, _PROBE)
+    return _estimated_rows(path, first, covered), int(first[lt.R_MAX_INDEX]), False
 
 
-def _estimated_rows(path: Path, first: np.ndarray) -> int:
-    """Rows of the first chunk times the number of chunks of the file's text."""
-    return int(first[lt.R_ROWS]) * max(1, -(-_text_size(path) // _CHUNK))
+def _estimated_rows(path: Path, first: np.ndarray, covered: int) -> int:
+    """The rows of a scanned prefix of ``covered`` bytes, scaled to the file's text size."""
+    rows = int(first[lt.R_ROWS])
+    return max(rows, -(-rows * _text_size(path) // max(covered, 1)))
 
 
 def _text_size(path: Path) -> int:
@@ -353,35 +355,37 @@ def check_fold_budget(files: dict[str, list[Path]], *, cache_dir=None) -> None:
 # ---- parsing -----------------------------------------------------------------------------------
 
 
-def _chunks(path: Path, hasher=None) -> Iterator[np.ndarray]:
-    """The decompressed bytes of ``path`` in pieces of whole lines (uint8 arrays). Each piece
+def _chunks(path: Path, hasher=None, size: int | None = None) -> Iterator[np.ndarray]:
+    """The decompressed bytes of ``path`` in pieces of whole lines (uint8 arrays, about
+    ``size`` bytes each). Each piece
     is read straight into its own buffer (after the previous piece's unfinished line), so the
     text is copied once, and a piece stays valid while a thread scans it. The buffers are
     anonymous maps: unlike a ``bytearray`` they are not zero-filled up front, so a small file
-    does not pay for writing 32 MiB."""
+    does not pay for writing 32 MiB. ``size`` None: the chunk size, 32 MiB."""
+    size = size or _CHUNK
     with open(path, "rb") as handle:
         gzipped = handle.read(2) == _GZIP_MAGIC
         handle.seek(0)
         source = _Pieces(_gunzip(handle, path, hasher)) if gzipped else _Hashed(handle, hasher)
         carry = b""
         while True:
-            buffer = mmap.mmap(-1, len(carry) + _CHUNK)
+            buffer = mmap.mmap(-1, len(carry) + size)
             buffer[: len(carry)] = carry
-            size = len(carry) + source.readinto(memoryview(buffer)[len(carry) :])
-            if size == len(carry):  # end of the text
+            filled = len(carry) + source.readinto(memoryview(buffer)[len(carry) :])
+            if filled == len(carry):  # end of the text
                 if carry:
                     yield np.frombuffer(carry, dtype=np.uint8)
                 return
-            cut = buffer.rfind(b"\n", 0, size) + 1
+            cut = buffer.rfind(b"\n", 0, filled) + 1
             if cut == 0:  # no LF: cut after a lone CR that is not the last byte
-                cut = buffer.rfind(b"\r", 0, size - 1) + 1
+                cut = buffer.rfind(b"\r", 0, filled - 1) + 1
             if cut == 0:
-                if size > 4 * _CHUNK:
+                if filled > 4 * _CHUNK:
                     raise ValueError(f"{path}: a line longer than {4 * _CHUNK >> 20} MiB")
-                carry = bytes(buffer[:size])
+                carry = bytes(buffer[:filled])
                 continue
             yield np.frombuffer(buffer, dtype=np.uint8, count=cut)
-            carry = bytes(buffer[cut:size])
+            carry = bytes(buffer[cut:filled])
 
 
 class _Hashed:
@@ -509,15 +513,17 @@ def _parse_into_cache(path: Path, root: Path, entry: Path) -> LetorFile:
     """One scan per chunk, each into its own arrays, appended in order to the cache entry. The
     width (largest feature index) is taken from the first chunk; should a later line be wider,
     every chunk is counted first and the scan repeated at the true width."""
-    first = _scan_all_first_chunk(path)
-    _check_dense_fits(path, _estimated_rows(path, first), int(first[lt.R_MAX_INDEX]), root)
+    first, covered = _scan_prefix(path)
+    _check_dense_fits(path, _estimated_rows(path, first, covered), int(first[lt.R_MAX_INDEX]), root)
     folder = cache.new_entry(root)
     hasher = hashlib.sha256()
     try:
         try:
             arrays, meta = _fill(path, folder, int(first[lt.R_MAX_INDEX]), hasher, guessed=True)
         except _WiderThanGuess:
-            width = max(int(r[lt.R_MAX_INDEX]) for r in _scan_all(path))
+            counts = _scan_all(path)
+            width = max(int(r[lt.R_MAX_INDEX]) for r in counts)
+            _check_dense_fits(path, sum(int(r[lt.R_ROWS]) for r in counts), width, root)
             hasher = hashlib.sha256()  # of the bytes the rows come from
             arrays, meta = _fill(path, folder, width, hasher, guessed=False)
     except BaseException:
@@ -540,12 +546,33 @@ def _parse_into_cache(path: Path, root: Path, entry: Path) -> LetorFile:
     return LetorFile(path=path, meta=loaded[1], **loaded[0])
 
 
-def _scan_all_first_chunk(path: Path) -> np.ndarray:
-    """The counting scan of the file's first chunk (its errors raised)."""
-    chunk = next(_chunks(path), np.zeros(0, np.uint8))
+def _scan_prefix(path: Path, size: int | None = None) -> tuple[np.ndarray, int]:
+    """The counting scan of the file's first chunk, or of its first ``size`` bytes or so of
+    whole lines (its errors raised; they lie in the first chunk too), and how many bytes of
+    text it covered."""
+    chunk = _text_prefix(path, size) if size else None
+    if chunk is None:
+        chunk = next(_chunks(path), np.zeros(0, np.uint8))
     result = lt.scan(chunk, False, *_EMPTY, lt.POW10)
     _raise_scan_error(path, [result])
-    return result
+    return result, len(chunk)
+
+
+def _text_prefix(path: Path, size: int) -> np.ndarray | None:
+    """The first ``size`` bytes of text or so, cut after a line end (all of a shorter text),
+    decompressing no more than that; ``None`` when they hold no line end or the gzip data is
+    damaged (the first chunk then reports it)."""
+    with open(path, "rb") as handle:
+        gzipped = handle.read(2) == _GZIP_MAGIC
+    try:
+        with (gzip.open if gzipped else open)(path, "rb") as handle:
+            text = handle.read(size + 1)
+    except (OSError, EOFError, zlib.error):
+        return None
+    if len(text) <= size:
+        return np.frombuffer(text, np.uint8)
+    cut = max(text.rfind(b"\n"), text.rfind(b"\r", 0, len(text) - 1)) + 1
+    return np.frombuffer(text, np.uint8, count=cut) if cut else None
 
 
 def _fill(path: Path, folder: Path | None, width: int, hasher, guessed: bool) -> tuple[dict, dict]:

@@ -169,11 +169,11 @@ def test_a_file_changed_before_its_single_pass_is_read_as_it_is_then(tmp_path, m
     changed = GOOD + b"0 qid:9 1:1\n"
     real, calls = reader._chunks, []
 
-    def changing(p, hasher=None):
+    def changing(p, hasher=None, size=None):
         calls.append(p)
         if len(calls) == 2:  # after the first chunk's width scan, before the filling scan
             p.write_bytes(changed)
-        yield from real(p, hasher)
+        yield from real(p, hasher, size)
 
     monkeypatch.setattr(reader, "_chunks", changing)
     parsed = read(path)
@@ -201,11 +201,11 @@ def test_a_file_that_widens_between_counting_and_filling_is_an_error(tmp_path, m
     path = write(tmp_path, NARROW_THEN_WIDE)
     real, calls = reader._chunks, []
 
-    def changing(p, hasher=None):
+    def changing(p, hasher=None, size=None):
         calls.append(p)
         if len(calls) == 4:  # width scan, guessed fill, counting scan, then this fill
             p.write_bytes(NARROW_THEN_WIDE.replace(b"5:6\n", b"5:6 7:1\n"))
-        yield from real(p, hasher)
+        yield from real(p, hasher, size)
 
     monkeypatch.setattr(reader, "_chunks", changing)
     with pytest.raises(ValueError, match="part.txt:41: the file changed while it was read"):
