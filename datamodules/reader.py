@@ -330,7 +330,7 @@ def check_fold_budget(files: dict[str, list[Path]], *, cache_dir=None) -> None:
     training files' width F), must fit in the available memory, and what a cold start writes
     to the cache (the files not parsed yet, then the normalised copy) in the cache disk's free
     space; otherwise a ``ValueError`` gives the numbers and the ways out. Shapes come from the
-    cache entries, or are estimated from each file's first 32 MiB."""
+    cache entries, or are estimated from each file's first 256 KiB of text."""
     shapes = {
         split: [(path, *_planned_shape(path, cache_dir)) for path in paths]
         for split, paths in files.items()
