@@ -80,9 +80,12 @@ class FiniteGuard(pl.Callback):
     def on_before_backward(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor
     ) -> None:
-        if not bool(torch.isfinite(loss.detach()).all()):
+        finite = bool(torch.isfinite(loss.detach()).all())
+        # Every process stops together (one stopping alone would leave the others waiting).
+        if not trainer.strategy.reduce_boolean_decision(finite, all=True):
             value = float(loss.detach().float().sum())
-            self._stop(trainer, f"the training loss is {value}")
+            elsewhere = " here, not finite in another process," if finite else ""
+            self._stop(trainer, f"the training loss is {value}{elsewhere}")
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking:
