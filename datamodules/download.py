@@ -98,8 +98,8 @@ _LETOR_PAGE = (
 # form answers HTTP 400 since 2025-09 (tensorflow/datasets issue #11136).
 _MSLR = "https://1drv.ms/u"
 _MSLR_URL_SOURCE = (
-    "share links of the MSLR project page, as adopted by tensorflow/datasets PR #11146 "
-    "(2025-11, fixing issue #11136); not fetched from here"
+    "share links of the MSLR project page, as in tensorflow/datasets PR #11146 "
+    "(2025-11, open when read; it fixes issue #11136); not fetched from here"
 )
 _LETOR_URL_SOURCE = "the LETOR project page's links (not re-checked since the page moved)"
 _PYTORCHLTR = "as recorded by pytorchltr (github.com/rjagerman/pytorchltr), not by the publisher"
