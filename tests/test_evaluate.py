@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from differank.datamodules import letor_text
 from differank.datamodules.reader import NUMBER
 from differank.rankers.metrics.evaluate import (
     evaluate_arrays,
@@ -212,8 +213,6 @@ def test_a_non_ascii_byte_names_file_line_and_column(tiny, cli):
 def test_the_scores_syntax_is_the_readers(token):
     """``reader.NUMBER`` accepts a token exactly when the compiled scanner reads it as a
     feature value."""
-    from differank.datamodules import letor_text
-
     buffer = np.frombuffer(token.encode(), np.uint8)
     _, end = letor_text._parse_value(buffer, 0, len(buffer), letor_text.POW10)
     assert bool(NUMBER.fullmatch(token)) == (end == len(buffer) and len(buffer) > 0)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from differank.datamodules import letor_text, reader
+from differank.datamodules.letor import LetorDataModule
 from differank.datamodules.reader import check_read_options, read_letor_file, write_letor
 
 GOOD = b"""2 qid:7 1:0.5 2:1.0 3:0.25 #docid = GX-1 inc = 1 prob = 0.5
@@ -265,8 +266,6 @@ def test_float32_max_itself_is_finite(tmp_path):
 
 @pytest.mark.parametrize("split", ["train", "vali", "test"])
 def test_every_split_refuses_a_float32_overflow_before_training(tmp_path, split):
-    from differank.datamodules.letor import LetorDataModule
-
     rows = b"2 qid:1 1:0.5 2:1\n0 qid:1 1:0.1 2:0\n1 qid:2 1:0.3 2:2\n0 qid:2 1:0.2 2:1\n"
     fold = tmp_path / "Fold1"
     fold.mkdir()
