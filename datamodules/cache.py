@@ -9,6 +9,7 @@ Public API::
     commit(folder, entry, arrays, meta, shapes, same) -> (arrays, meta) | None
                                               # save, then rename into place
     load(entry, shapes) -> (arrays, meta) | None          # memory-mapped; checked against shapes
+    free_disk_bytes(folder) -> int            # free space on the disk that holds folder
 
 An entry is a folder of ``<name>.npy`` files and ``meta.json``; it becomes visible only by the
 final rename, so a reader never sees half an entry. When concurrent writers (DDP ranks starting
@@ -31,6 +32,14 @@ from pathlib import Path
 import numpy as np
 
 log = logging.getLogger(__name__)
+
+
+def free_disk_bytes(folder: Path) -> int:
+    """Free bytes on the filesystem that holds ``folder`` (or its nearest existing parent)."""
+    folder = Path(folder).absolute()
+    while not folder.exists():
+        folder = folder.parent
+    return shutil.disk_usage(folder).free
 
 
 def new_entry(root: Path) -> Path | None:

@@ -1,6 +1,6 @@
 """Download a public LETOR-format dataset and lay it out the way the LETOR DataModule reads it.
 
-    python -m differank.datamodules.download NAME [--dir DIR] [--archive FILE]
+    python -m differank.datamodules.download NAME [--dir DIR] [--archive FILE] [--accept-sha256]
     python -m differank.datamodules.download --list
 
 ``NAME`` (case-insensitive) is one of :data:`REGISTRY`. The archive is fetched from the
@@ -12,6 +12,11 @@ extracted and each fold's files are moved to ``DIR/NAME/FoldK/{train,vali,test}.
 ``--archive FILE`` uses an archive downloaded by hand (sets behind a licence page). ``DIR``
 defaults to :func:`data_home`. RAR archives (LETOR 3.0 / 4.0) need an external tool: ``unrar``,
 ``7z`` or ``bsdtar``.
+
+Nothing an archive holds can hurt the files around it: a user's archive is only read (a digest
+mismatch is an error showing both digests; ``--accept-sha256`` continues), extraction has a
+budget checked from the archive's listing, no member may leave the folder, and the layout is
+renamed into place only once complete. The rules are stated in ``docs/data.md#downloads``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import urllib.error
 import urllib.request
 import zipfile
@@ -37,6 +43,8 @@ from rich.progress import (
     TimeRemainingColumn,
     TransferSpeedColumn,
 )
+
+from differank.datamodules import cache
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SPLIT_FILES = {  # the DataModule's name <- the names publishers use
@@ -63,7 +71,8 @@ class Dataset:
     ``fold_glob`` finds fold ``k``'s directory inside the extracted archive (``{fold}`` is
     replaced by k). ``sha256`` is the archive's digest, ``None`` where no digest is known;
     ``digest_source`` says where a known digest comes from. ``url`` ``None`` means the
-    publisher's terms need a manual download (``note`` says where).
+    publisher's terms need a manual download (``note`` says where); ``url_source`` says where
+    the URL's form was confirmed (shown by ``--list``).
     """
 
     name: str
@@ -74,6 +83,7 @@ class Dataset:
     sha256: str | None = None
     digest_source: str = ""
     note: str = ""
+    url_source: str = ""  # where this URL form was last confirmed to be the working one
 
     @property
     def filename(self) -> str:
@@ -84,7 +94,14 @@ _LETOR4 = "https://research.microsoft.com/en-us/um/beijing/projects/letor/LETOR4
 _LETOR_PAGE = (
     "https://www.microsoft.com/en-us/research/project/letor-learning-rank-information-retrieval/"
 )
-_MSLR = "https://api.onedrive.com/v1.0/shares"  # Microsoft's own OneDrive shares of MSLR
+# Microsoft's own OneDrive shares of MSLR. The older api.onedrive.com/v1.0/shares/.../content
+# form answers HTTP 400 since 2025-09 (tensorflow/datasets issue #11136).
+_MSLR = "https://1drv.ms/u"
+_MSLR_URL_SOURCE = (
+    "share links of the MSLR project page, as in tensorflow/datasets PR #11146 "
+    "(2025-11, open when read; it fixes issue #11136); not fetched from here"
+)
+_LETOR_URL_SOURCE = "the LETOR project page's links (not re-checked since the page moved)"
 _PYTORCHLTR = "as recorded by pytorchltr (github.com/rjagerman/pytorchltr), not by the publisher"
 
 REGISTRY: dict[str, Dataset] = {
@@ -97,6 +114,7 @@ REGISTRY: dict[str, Dataset] = {
             "**/MQ2007/Fold{fold}",
             note=f"LETOR 4.0; if the URL has moved, get MQ2007.rar from {_LETOR_PAGE} "
             "and pass --archive",
+            url_source=_LETOR_URL_SOURCE,
         ),
         Dataset(
             "MQ2008",
@@ -105,6 +123,7 @@ REGISTRY: dict[str, Dataset] = {
             "**/MQ2008/Fold{fold}",
             note=f"LETOR 4.0; if the URL has moved, get MQ2008.rar from {_LETOR_PAGE} "
             "and pass --archive",
+            url_source=_LETOR_URL_SOURCE,
         ),
         Dataset(
             "OHSUMED",
@@ -113,24 +132,27 @@ REGISTRY: dict[str, Dataset] = {
             "**/QueryLevelNorm/Fold{fold}",
             note=f"LETOR 3.0, the QueryLevelNorm files; if the URL has moved, get "
             f"OHSUMED.zip from {_LETOR_PAGE} and pass --archive",
+            url_source=_LETOR_URL_SOURCE,
         ),
         Dataset(
             "MSLR-WEB10K",
-            f"{_MSLR}/s!AtsMfWUz5l8nbOIoJ6Ks0bEMp78/root/content",
+            f"{_MSLR}/s!AtsMfWUz5l8nbOIoJ6Ks0bEMp78",
             "zip",
             "**/Fold{fold}",
             sha256="2902142ea33f18c59414f654212de5063033b707d5c3939556124b1120d3a0ba",
             digest_source=_PYTORCHLTR,
             note="https://www.microsoft.com/en-us/research/project/mslr/",
+            url_source=_MSLR_URL_SOURCE,
         ),
         Dataset(
             "MSLR-WEB30K",
-            f"{_MSLR}/s!AtsMfWUz5l8nbXGPBlwD1rnFdBY/root/content",
+            f"{_MSLR}/s!AtsMfWUz5l8nbXGPBlwD1rnFdBY",
             "zip",
             "**/Fold{fold}",
             sha256="08cb7977e1d5cbdeb57a9a2537a0923dbca6d46a76db9a6afc69e043c85341ae",
             digest_source=_PYTORCHLTR,
             note="https://www.microsoft.com/en-us/research/project/mslr/",
+            url_source=_MSLR_URL_SOURCE,
         ),
         Dataset(
             "istella-s",
@@ -143,6 +165,7 @@ REGISTRY: dict[str, Dataset] = {
             note="Istella-S LETOR (one train/vali/test split, as Fold1); released by "
             "Istella for non-commercial research, see "
             "http://quickrank.isti.cnr.it/istella-dataset/",
+            url_source="the Istella dataset page, as recorded by pytorchltr (not re-checked)",
         ),
         Dataset(
             "istella",
@@ -207,6 +230,11 @@ def fetch(url: str, target: Path, *, timeout: float = 60.0) -> Path:
     except urllib.error.URLError as error:
         raise RuntimeError(f"download of {url} failed: {error.reason}") from error
     with response:
+        if response.headers.get_content_type() == "text/html":  # a share page, not the file
+            raise RuntimeError(
+                f"{url} answered a web page, not the archive: open it in a browser, download "
+                "the file and pass it with --archive"
+            )
         resumed = start and response.status == 206
         length = response.headers.get("Content-Length")
         total = (int(length) + (start if resumed else 0)) if length else None
@@ -219,35 +247,119 @@ def fetch(url: str, target: Path, *, timeout: float = 60.0) -> Path:
     return target
 
 
-def check_sha256(path: Path, dataset: Dataset) -> str:
-    """The archive's sha256; raises (and removes the file) when it differs from the known one."""
+MISMATCH_SUFFIX = ".sha256-mismatch"
+
+
+def check_sha256(path: Path, dataset: Dataset, *, fetched: bool, accept: bool = False) -> str:
+    """The archive's sha256, compared with the known one. A mismatch is an error showing both
+    digests, unless ``accept``; the archive is never changed. Only a file the downloader
+    ``fetched`` itself is moved aside (to ``<name>.sha256-mismatch``), so the next run fetches
+    it again; an archive the user gave is left exactly where and as it is."""
     digest = sha256_of(path)
     if dataset.sha256 is None:
         print(
             f"sha256 {digest}  {path.name} (no known digest to check against: compare it "
             "with a trusted copy)"
         )
-    elif digest != dataset.sha256:
-        path.unlink()
-        raise ValueError(
-            f"{path.name}: sha256 {digest} differs from the expected "
-            f"{dataset.sha256} ({dataset.digest_source}); the file was removed"
+    elif digest == dataset.sha256:
+        print(f"sha256 {digest}  {path.name}: OK ({dataset.digest_source})")
+    elif accept:
+        print(
+            f"warning: sha256 {digest}  {path.name} differs from the expected "
+            f"{dataset.sha256} ({dataset.digest_source}); used anyway (--accept-sha256)"
         )
     else:
-        print(f"sha256 {digest}  {path.name}: OK ({dataset.digest_source})")
+        where = f"{path} is kept unchanged"
+        if fetched:
+            aside = path.with_name(path.name + MISMATCH_SUFFIX)
+            path.replace(aside)
+            where = f"the download was moved aside to {aside} (a new run fetches it again)"
+        raise ValueError(
+            f"{path.name}: sha256 {digest} differs from the expected {dataset.sha256} "
+            f"({dataset.digest_source}); {where}. If you trust this archive, run again with "
+            "--accept-sha256"
+        )
     return digest
 
 
-def extract(archive: Path, kind: str, into: Path) -> None:
-    """Unpack ``archive`` (``zip``, ``tar.gz`` or, with an external tool, ``rar``)."""
-    into.mkdir(parents=True, exist_ok=True)
+# The extraction budget (docs/data.md#downloads): LETOR text compresses 5-10x, so 100x is
+# far beyond any real set and far below a decompression bomb.
+MAX_MEMBERS = 10_000
+MAX_EXPANSION = 100
+MIN_BUDGET = 64 * 2**20
+
+
+def _members(archive: Path, kind: str) -> list[tuple[str, int, bool]]:
+    """``(name, size, is_dir)`` of every member, from the archive's listing (nothing written).
+    A tar member that is neither a file nor a folder (link, device, fifo) is an error."""
     if kind == "zip":
         with zipfile.ZipFile(archive) as handle:
-            handle.extractall(into)
-    elif kind == "tar.gz":
-        with tarfile.open(archive, "r:gz") as handle:  # "data": no paths outside `into`
-            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-            handle.extractall(into, **safe)
+            return [(m.filename, m.file_size, m.is_dir()) for m in handle.infolist()]
+    with tarfile.open(archive, "r:gz") as handle:
+        members = handle.getmembers()
+    for member in members:
+        if not (member.isfile() or member.isdir()):
+            raise ValueError(
+                f"{archive.name}: member {member.name!r} is a link or special file; only "
+                "files and folders are extracted, so the archive is refused"
+            )
+    return [(m.name, m.size, m.isdir()) for m in members]
+
+
+def check_budget(archive: Path, members: list[tuple[str, int, bool]], into: Path) -> None:
+    """Refuse, before writing anything, an archive whose listing exceeds the budget."""
+    size = archive.stat().st_size
+    total = sum(member_size for _, member_size, _ in members)
+    allowed = max(MAX_EXPANSION * size, MIN_BUDGET)
+    free = cache.free_disk_bytes(into)
+    if len(members) > MAX_MEMBERS:
+        raise ValueError(
+            f"{archive.name}: {len(members)} members, more than the {MAX_MEMBERS} a LETOR "
+            "archive needs; refused before extracting"
+        )
+    if total > allowed:
+        raise ValueError(
+            f"{archive.name}: {size} bytes would expand to {total} bytes, more than "
+            f"{MAX_EXPANSION}x its size ({allowed} bytes allowed); refused before extracting "
+            "(a LETOR archive expands 5-10x)"
+        )
+    if total > free:
+        raise ValueError(
+            f"{archive.name}: extracting needs {total / 2**30:.2f} GiB but only "
+            f"{free / 2**30:.2f} GiB are free on the disk of {into}; free some space or "
+            "pass --dir on a larger disk"
+        )
+
+
+def _inside(into: Path, name: str, archive: Path) -> Path:
+    """``into / name``, refusing a member path that leaves ``into``."""
+    target = (into / name).resolve()
+    if name.startswith(("/", "\\")) or not target.is_relative_to(into.resolve()):
+        raise ValueError(
+            f"{archive.name}: member {name!r} would be written outside the extraction folder; "
+            "the archive is refused"
+        )
+    return target
+
+
+def extract(archive: Path, kind: str, into: Path) -> None:
+    """Unpack ``archive`` (``zip``, ``tar.gz`` or, with an external tool, ``rar``) into
+    ``into``, under the budget and path rules of ``docs/data.md#downloads``."""
+    into.mkdir(parents=True, exist_ok=True)
+    if kind in ("zip", "tar.gz"):
+        members = _members(archive, kind)
+        check_budget(archive, members, into)
+        targets = [(name, _inside(into, name, archive), is_dir) for name, _, is_dir in members]
+        opener = zipfile.ZipFile(archive) if kind == "zip" else tarfile.open(archive, "r:gz")
+        with opener as handle:
+            for name, target, is_dir in targets:
+                if is_dir:
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                source = handle.open(name) if kind == "zip" else handle.extractfile(name)
+                with source, open(target, "wb") as out:
+                    shutil.copyfileobj(source, out, CHUNK)
     elif kind == "rar":
         tools = {
             "unrar": ["unrar", "x", "-o+", "-idq", str(archive), f"{into}/"],
@@ -292,27 +404,38 @@ def is_complete(dataset: Dataset, target: Path) -> bool:
     )
 
 
-def download(dataset: Dataset, directory: Path, archive: Path | None = None) -> Path:
+def download(
+    dataset: Dataset, directory: Path, archive: Path | None = None, *, accept_sha256=False
+) -> Path:
     """Fetch (or take ``archive``), check, extract and arrange ``dataset`` under
     ``directory``; returns ``directory/NAME``, the ``data.root`` to use."""
     target = directory / dataset.name
     if is_complete(dataset, target):
         print(f"{dataset.name} is already in {target}")
         return target
-    if archive is None:
+    if target.exists():  # not ours to overwrite or delete
+        raise RuntimeError(
+            f"{target} exists but lacks some of Fold{{{','.join(map(str, dataset.folds))}}}/"
+            "{train,vali,test}.txt; move it aside and run again"
+        )
+    fetched = archive is None
+    if fetched:
         if dataset.url is None:
             raise RuntimeError(f"{dataset.name} cannot be downloaded automatically: {dataset.note}")
         archive = directory / ".downloads" / dataset.filename
         if not archive.is_file():
             print(f"downloading {dataset.name} from {dataset.url}")
             fetch(dataset.url, archive)
-    check_sha256(archive, dataset)
-    extracted = directory / ".downloads" / f"{dataset.name}-extracted"
-    shutil.rmtree(extracted, ignore_errors=True)
-    print(f"extracting {archive.name}")
-    extract(archive, dataset.archive, extracted)
-    arrange(extracted, dataset, target)
-    shutil.rmtree(extracted)
+    check_sha256(archive, dataset, fetched=fetched, accept=accept_sha256)
+    directory.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=directory, prefix=f".{dataset.name}-partial-"))
+    try:
+        print(f"extracting {archive.name}")
+        extract(archive, dataset.archive, work / "extracted")
+        arrange(work / "extracted", dataset, work / dataset.name)
+        os.rename(work / dataset.name, target)  # the complete layout appears at once
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     print(f"{dataset.name}: {target} (data=letor data.root={target})")
     return target
 
@@ -330,19 +453,29 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help=f"where datasets live (default $LETOR_DIR, else {data_home()})",
     )
-    parser.add_argument("--archive", type=Path, help="an archive downloaded by hand")
+    parser.add_argument(
+        "--archive", type=Path, help="an archive downloaded by hand (only read, never changed)"
+    )
+    parser.add_argument(
+        "--accept-sha256",
+        action="store_true",
+        help="use an archive whose sha256 differs from the known digest",
+    )
     parser.add_argument("--list", action="store_true", help="list the datasets and exit")
     args = parser.parse_args(argv)
     if args.list or args.name is None:
         for dataset in REGISTRY.values():
             source = dataset.url or "manual download"
             print(f"{dataset.name:12} {source}\n{'':12} {dataset.note}".rstrip())
+            if dataset.url_source:
+                print(f"{'':12} URL form confirmed by: {dataset.url_source}")
         return 0
     dataset = REGISTRY.get(args.name.lower())
     if dataset is None:
         parser.error(f"unknown dataset {args.name!r}; choose from {', '.join(REGISTRY)}")
     try:
-        download(dataset, (args.dir or data_home()).expanduser().absolute(), args.archive)
+        directory = (args.dir or data_home()).expanduser().absolute()
+        download(dataset, directory, args.archive, accept_sha256=args.accept_sha256)
     except (RuntimeError, ValueError, OSError, subprocess.CalledProcessError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

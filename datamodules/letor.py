@@ -77,6 +77,7 @@ from differank.datamodules.collate import collate_queries
 from differank.datamodules.query_batches import QueryBatchSampler, subsample_query
 from differank.datamodules.reader import (
     LetorFile,
+    check_fold_budget,
     check_read_options,
     default_cache_dir,
     group_queries,
@@ -352,6 +353,7 @@ class LetorDataModule(pl.LightningDataModule):
         if self._splits is not None:
             return
         files = resolve_fold_files(self._data_root(), self.fold)
+        check_fold_budget(files, cache_dir=self.cache_dir)  # before anything is allocated
         parsed = {}
         for path in (p for paths in files.values() for p in paths):
             parsed[path] = read_letor_file(

@@ -1,7 +1,7 @@
 """The LETOR text scanner: one compiled pass over the bytes that applies every line rule.
 
-This module is the implementation of the format rules that :mod:`differank.datamodules.reader`
-documents (its docstring is the one statement of the policy); nothing else parses LETOR text.
+This module implements the text rules stated in ``docs/data.md`` (the one statement of them);
+nothing else parses LETOR text.
 
 :func:`scan` walks a buffer of whole lines once. With ``fill=False`` it only checks the lines and
 counts rows, NULL tokens and the largest feature index; with ``fill=True`` it also writes the
@@ -37,7 +37,8 @@ CHANGED = 10  # a row does not fit the arrays: the file changed since it was cou
 # Layout of the int64 result vector of scan.
 R_ROWS, R_LINES, R_MAX_INDEX, R_NULLS, R_NONFINITE = 0, 1, 2, 3, 4
 R_NONFINITE_LINE, R_NONFINITE_COL, R_ERROR, R_ERROR_LINE, R_ERROR_POS = 5, 6, 7, 8, 9
-R_SIZE = 10
+R_NONFINITE_BITS = 10  # the first non-finite value as written (float64 bits)
+R_SIZE = 11
 
 POW10 = np.array([10.0**k for k in range(23)], dtype=np.float64)
 
@@ -158,6 +159,14 @@ def _parse_value(buf, i, n, pow10):
     return (-value if negative else value), end
 
 
+@numba.njit(cache=True)
+def _float_bits(value):
+    """The bits of a float64 as an int64 (the result vector is int64)."""
+    box = np.empty(1, np.float64)
+    box[0] = value
+    return box.view(np.int64)[0]
+
+
 @numba.njit(nogil=True, cache=True)
 def capacity(buf):
     """Upper bounds on what :func:`scan` finds in ``buf``: (rows, NULL tokens). Every row ends
@@ -191,7 +200,8 @@ def scan(
     Line numbers are 1-based within ``buf``; ``R_ERROR_POS`` is the byte offset of the bad
     token. With ``fill`` the arrays (sized for the same bytes by a counting scan, or by
     :func:`capacity` and a width) receive:
-    features [rows, F] float32 (absent features stay as they are, i.e. 0), labels uint8,
+    features [rows, F] float32 (absent features stay as they are, i.e. 0; a value beyond
+    float32's range is stored as inf and counted as non-finite), labels uint8,
     qids int64, lines int64, doc_start / doc_end int64 (the doc id's byte span in ``buf``),
     null_rows / null_cols int64 (the cells written as ``NULL``), present bool [F] (columns
     written on some line). NULL cells are written as NaN.
@@ -332,10 +342,13 @@ def scan(
                     out[R_ERROR], out[R_ERROR_LINE], out[R_ERROR_POS] = BAD_VALUE, line, start
                     return out
                 i = end
-                if not np.isfinite(value):
+                # Stored as float32: a value beyond its range (|x| > 3.4e38) becomes inf, so it
+                # is as non-finite as a written inf.
+                if not np.isfinite(np.float32(value)):
                     if out[R_NONFINITE] == 0:
                         out[R_NONFINITE_LINE] = line
                         out[R_NONFINITE_COL] = index
+                        out[R_NONFINITE_BITS] = _float_bits(value)
                     out[R_NONFINITE] += 1
                 if fill:
                     features[row, index - 1] = value

@@ -7,54 +7,19 @@ Public API::
     group_queries(qids) -> (query_ids [Q], rows [N], lengths [Q])   # the query grouping rule
     write_letor(path, features, labels, qids, docids=None, *, float_format="%.9g")
     default_cache_dir() -> Path          # $DIFFERANK_CACHE or ~/.cache/differank
+    check_fold_budget(files, *, cache_dir=None)   # memory and disk, before a fold is parsed
+    NUMBER                               # the value syntax as a regex (one-number-per-line files)
 
-Format rules (the only statement of them; :mod:`differank.datamodules.letor_text` implements them):
+The data rules (the text format, the value rules, float32's range, the memory and disk budgets,
+the cache) are stated once, in ``docs/data.md``; :mod:`differank.datamodules.letor_text`
+implements the text rules, this module the value rules, the budgets and the cache.
 
-* **Compression**: a file whose first bytes are the gzip magic ``1f 8b`` is gunzipped (also
-  concatenated gzip members), whatever its name; any other file is read as text. Corrupt or
-  truncated gzip data is an error naming the file.
-* **Lines** end with ``\\n``, ``\\r\\n`` or a lone ``\\r`` (all three count as one line end, so
-  line numbers match what an editor shows). The last line needs no line end.
-* **Blank lines** (only spaces/tabs) and **comment lines** (first non-blank character ``#``)
-  hold no row; they are skipped and counted in line numbers. Any other line is a data line;
-  every data line is one row, in file order (nothing is dropped).
-* **Data line**: ``<label> qid:<qid> [<index>:<value> ...] [# comment]``, tokens separated by
-  spaces or tabs. ``#`` ends the data part anywhere on the line.
-* **Label**: an integer 0..31 written in digits only (``0``, ``2``, ``07``): ``1.5``, ``+1``,
-  ``1e0``, ``-1`` are errors. The bound keeps the NDCG gain ``2^label - 1`` finite and exact
-  enough in float32 sums; ``label_range`` (DataModule option) can narrow it.
-* **qid**: ``qid:`` and a decimal integer of at most 18 digits without leading zeros (``0`` is
-  fine, ``0201`` is an error), so every qid has one spelling and the same id means the same
-  query to the reader, the evaluator and ``Eval-Score-4.0.pl``.
-* **Queries** (:func:`group_queries`, used by the DataModule and the evaluator): rows with one
-  qid form one query even when they are not contiguous, rows in file order; queries are
-  ordered by first appearance.
-* **Features**: ``index:value`` with 1-based integer indices, strictly increasing on a line;
-  absent features are 0. A value is a decimal number (``3``, ``-0.5``, ``.5``, ``1e-3``), or
-  ``nan`` / ``inf`` / ``infinity`` (any case, optional sign), or ``NULL`` (LETOR 3.0 missing
-  values). Values are read as float64 and stored as float32.
-* **Comments**: the doc id of a row is the token after ``docid =`` in its comment, else the
-  whole comment without surrounding blanks, else "".
-* **Value rules** (applied by the DataModule, per its options, with ``file:line`` in every
-  message): ``NULL`` is an error unless ``null_value`` gives its replacement; NaN / inf are an
-  error unless ``nan_policy`` is ``allow`` or ``zero``; ``label_range=(lo, hi)`` rejects
-  labels outside it.
-* A file without any data line is an error. Every syntax error names ``file:line`` and the
-  offending token; the scan stops at the first one.
-
-Features are held dense, float32 [rows, largest index of the file]; sparse sets of modest width
-(LETOR 3.0, Istella) are fine, and a file whose dense matrix would not fit in this machine's
-memory is refused with the size it needs. Parsing is one compiled scan of each 32 MiB chunk
-(two threads) into chunk-sized arrays, appended in order to the cache entry as float32; the
-width is the largest feature index of the first chunk, and a file with a wider row later is
-counted in full first and scanned again (the one case that reads the text twice).
-
-**Cache**: ``cache_dir/letor/<key>/`` holds the arrays as ``.npy`` files, memory-mapped on load
-(processes on one machine share the pages), and ``meta.json`` (size, mtime, sha256 of the
-file's bytes, shapes and counts). The key is the file's absolute path. An entry is reused while
-size and mtime match; when they differ the file is hashed and the entry reused if the content
-is unchanged (``verify_hash=True`` always hashes). An entry whose arrays disagree with its
-metadata is re-parsed with a warning.
+How it reads: one compiled scan of each 32 MiB chunk of whole lines (two threads) into
+chunk-sized arrays, appended in order to the cache entry as float32; the width is the largest
+feature index of the first chunk, and a file with a wider row later is counted in full first and
+scanned again (the one case that reads the text twice). Cache entries
+(``cache_dir/letor/<key>/``, keyed by the absolute path) are memory-mapped on load and reused
+while size and mtime match, or while the content hash does.
 """
 
 from __future__ import annotations
@@ -65,6 +30,7 @@ import logging
 import math
 import mmap
 import os
+import re
 import shutil
 import zlib
 from collections.abc import Iterator
@@ -80,9 +46,17 @@ from differank.datamodules import letor_text as lt
 log = logging.getLogger(__name__)
 
 NAN_POLICIES = ("error", "allow", "zero")
+# The value syntax of letor_text._parse_value, for files of one number per line (the evaluator's
+# scores): [+-] then digits with an optional fraction (or a fraction alone) and an optional
+# exponent, or nan / inf / infinity in any case. No underscores, no hex, no blanks inside.
+NUMBER = re.compile(
+    r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|(?i:inf(?:inity)?|nan))"
+)
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 # Bump when the cached arrays' meaning changes, so old cache entries are never reused.
-_CACHE_VERSION = 2
+_CACHE_VERSION = 3  # 3: values beyond float32's range count as non-finite
 _CHUNK = 32 * 2**20
+_PROBE = 2**18  # the prefix of each file a fold's budget reads before anything is parsed
 _GZIP_MAGIC = b"\x1f\x8b"
 _MESSAGES = {
     lt.BAD_LABEL: "label {token!r} is not an integer 0..31 written in digits",
@@ -140,7 +114,7 @@ class LetorFile:
         return np.asarray([blob[a:b].decode("utf-8", "replace") for a, b in spans], dtype=str)
 
     def check_values(self, *, nan_policy: str, null_value, label_range) -> None:
-        """The value rules of the module docstring; errors name file:line."""
+        """The value rules of ``docs/data.md``; errors name file:line."""
         if self.meta["nulls"] and null_value is None:
             line = self.line_numbers[self.null_rows[0]]
             raise ValueError(
@@ -148,10 +122,18 @@ class LetorFile:
                 "null_value=<number> to replace NULL values"
             )
         if self.meta["nonfinite"] and nan_policy == "error":
+            value = self.meta["nonfinite_value"]
+            what = (
+                f"value {value:.9g} is beyond float32's range (|x| <= {FLOAT32_MAX:.8g}) and "
+                "would be stored as inf"
+                if math.isfinite(value)
+                else f"value {value}"
+            )
             raise ValueError(
                 f"{self.path}:{self.meta['nonfinite_line']}: feature "
-                f"{self.meta['nonfinite_feature']} is not finite (set nan_policy='allow' or "
-                "'zero' to accept NaN and inf values)"
+                f"{self.meta['nonfinite_feature']} is not finite ({what}; "
+                f"{self.meta['nonfinite']} such value(s) in the file); fix the file, or set "
+                "nan_policy='zero' (replace them by 0) or 'allow' (keep NaN / inf)"
             )
         if label_range is not None:
             bad = (self.labels < label_range[0]) | (self.labels > label_range[1])
@@ -237,7 +219,7 @@ def group_queries(qids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def read_letor_file(path, *, cache_dir=None, verify_hash: bool = False) -> LetorFile:
-    """Parse (or load from the cache) one LETOR file under the format rules above.
+    """Parse (or load from the cache) one LETOR file under the rules of ``docs/data.md``.
 
     ``cache_dir`` None -> :func:`default_cache_dir`; ``verify_hash`` re-hashes the file even
     when its size and mtime match the cache entry.
@@ -245,15 +227,11 @@ def read_letor_file(path, *, cache_dir=None, verify_hash: bool = False) -> Letor
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"LETOR file not found: {path}")
-    root = Path(cache_dir or default_cache_dir()).expanduser() / "letor"
-    key = hashlib.sha256(f"{_CACHE_VERSION}\0{path.resolve()}".encode()).hexdigest()[:32]
-    entry = root / key
+    root, entry = _entry_of(path, cache_dir)
     stat = path.stat()
     cached = _load_entry(entry, path)
     if cached is not None:
-        same_stat = cached.meta["size"] == stat.st_size and cached.meta["mtime_ns"] == (
-            stat.st_mtime_ns
-        )
+        same_stat = _same_stat(cached, stat)
         if same_stat and not verify_hash:
             return cached
         if _file_sha256(path) == cached.meta["sha256"]:
@@ -265,38 +243,149 @@ def read_letor_file(path, *, cache_dir=None, verify_hash: bool = False) -> Letor
     return _parse_into_cache(path, root, entry)
 
 
+def _entry_of(path: Path, cache_dir) -> tuple[Path, Path]:
+    """The cache root of parsed files and ``path``'s entry in it (keyed by the absolute path)."""
+    root = Path(cache_dir or default_cache_dir()).expanduser() / "letor"
+    key = hashlib.sha256(f"{_CACHE_VERSION}\0{path.resolve()}".encode()).hexdigest()[:32]
+    return root, root / key
+
+
+def _same_stat(cached: LetorFile, stat: os.stat_result) -> bool:
+    return cached.meta["size"] == stat.st_size and cached.meta["mtime_ns"] == stat.st_mtime_ns
+
+
+# ---- budgets: memory and disk, stated before anything is allocated ------------------------------
+
+
+def available_memory_bytes() -> int | None:
+    """Memory this machine can still give without swapping (``MemAvailable``: free memory plus
+    reclaimable page cache); ``None`` where it cannot be known."""
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return None
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.2f} GiB"
+
+
+def _check_budget(subject: str, memory: int, disk: int, cache_root: Path) -> None:
+    """Refuse, with the numbers and the ways out, a dense float32 load of ``memory`` bytes (and
+    ``disk`` bytes written to the cache) that this machine's free memory or the cache disk's
+    free space cannot hold."""
+    available = available_memory_bytes()
+    if available is not None and memory > available:
+        raise ValueError(
+            f"{subject} need {_gib(memory)} of memory, but {_gib(available)} is available. "
+            "Features are held dense up to the largest feature index: renumber the features "
+            "densely (indices 1..K for the K features used), or free memory"
+        )
+    free = cache.free_disk_bytes(cache_root)
+    if disk > free:
+        raise ValueError(
+            f"{subject} need {_gib(disk)} in the cache {cache_root}, but its disk has "
+            f"{_gib(free)} free. Set data.cache_dir (or $DIFFERANK_CACHE) to a disk with room, "
+            "free space, or renumber the features densely (indices 1..K for the K features used)"
+        )
+
+
+def _planned_shape(path: Path, cache_dir) -> tuple[int, int, bool]:
+    """``(rows, width, cached)`` of ``path`` without parsing it: from its cache entry when that
+    is current, else estimated from the counting scan of its first chunk."""
+    cached = _load_entry(_entry_of(path, cache_dir)[1], path)
+    if cached is not None and _same_stat(cached, path.stat()):
+        return cached.num_rows, cached.max_feature_index, True
+    first, covered = _scan_prefix(path, _PROBE)
+    return _estimated_rows(path, first, covered), int(first[lt.R_MAX_INDEX]), False
+
+
+def _estimated_rows(path: Path, first: np.ndarray, covered: int) -> int:
+    """The rows of a scanned prefix of ``covered`` bytes, scaled to the file's text size."""
+    rows = int(first[lt.R_ROWS])
+    return max(rows, -(-rows * _text_size(path) // max(covered, 1)))
+
+
+def _text_size(path: Path) -> int:
+    """Bytes of text in ``path``: its size, or for gzip the size its last member records
+    (ISIZE, modulo 4 GiB) when that is larger."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        if handle.read(2) != _GZIP_MAGIC or size < 20:
+            return size
+        handle.seek(-4, os.SEEK_END)
+        return max(size, int.from_bytes(handle.read(4), "little"))
+
+
+def check_fold_budget(files: dict[str, list[Path]], *, cache_dir=None) -> None:
+    """Before any file of a fold is parsed: the dense float32 matrices of every split, both
+    the parsed copy (each file at its own width) and the normalised copy (every row at the
+    training files' width F), must fit in the available memory, and what a cold start writes
+    to the cache (the files not parsed yet, then the normalised copy) in the cache disk's free
+    space; otherwise a ``ValueError`` gives the numbers and the ways out. Shapes come from the
+    cache entries, or are estimated from each file's first 256 KiB of text."""
+    shapes = {
+        split: [(path, *_planned_shape(path, cache_dir)) for path in paths]
+        for split, paths in files.items()
+    }
+    every = [shape for split in shapes.values() for shape in split]
+    widest = max(every, key=lambda shape: shape[2])
+    width = max(shape[2] for shape in shapes.get("train", every))
+    rows = sum(shape[1] for shape in every)
+    parsed = sum(4 * n * f for _, n, f, _ in every)
+    normalised = 4 * rows * width
+    cold = not all(cached for *_, cached in every)
+    written = sum(4 * n * f for _, n, f, cached in every if not cached)
+    subject = (
+        f"{len(every)} files of {rows} rows (widest: {widest[0]}, feature index "
+        f"{widest[2]}) held as dense float32 parsed ({_gib(parsed)}) and normalised to "
+        f"{width} features ({_gib(normalised)})"
+    )
+    disk = written + (normalised if cold else 0)
+    _check_budget(subject, parsed + normalised, disk, _entry_of(widest[0], cache_dir)[0])
+
+
 # ---- parsing -----------------------------------------------------------------------------------
 
 
-def _chunks(path: Path, hasher=None) -> Iterator[np.ndarray]:
-    """The decompressed bytes of ``path`` in pieces of whole lines (uint8 arrays). Each piece
+def _chunks(path: Path, hasher=None, size: int | None = None) -> Iterator[np.ndarray]:
+    """The decompressed bytes of ``path`` in pieces of whole lines (uint8 arrays, about
+    ``size`` bytes each). Each piece
     is read straight into its own buffer (after the previous piece's unfinished line), so the
     text is copied once, and a piece stays valid while a thread scans it. The buffers are
     anonymous maps: unlike a ``bytearray`` they are not zero-filled up front, so a small file
-    does not pay for writing 32 MiB."""
+    does not pay for writing 32 MiB. ``size`` None: the chunk size, 32 MiB."""
+    size = size or _CHUNK
     with open(path, "rb") as handle:
         gzipped = handle.read(2) == _GZIP_MAGIC
         handle.seek(0)
         source = _Pieces(_gunzip(handle, path, hasher)) if gzipped else _Hashed(handle, hasher)
         carry = b""
         while True:
-            buffer = mmap.mmap(-1, len(carry) + _CHUNK)
+            buffer = mmap.mmap(-1, len(carry) + size)
             buffer[: len(carry)] = carry
-            size = len(carry) + source.readinto(memoryview(buffer)[len(carry) :])
-            if size == len(carry):  # end of the text
+            filled = len(carry) + source.readinto(memoryview(buffer)[len(carry) :])
+            if filled == len(carry):  # end of the text
                 if carry:
                     yield np.frombuffer(carry, dtype=np.uint8)
                 return
-            cut = buffer.rfind(b"\n", 0, size) + 1
+            cut = buffer.rfind(b"\n", 0, filled) + 1
             if cut == 0:  # no LF: cut after a lone CR that is not the last byte
-                cut = buffer.rfind(b"\r", 0, size - 1) + 1
+                cut = buffer.rfind(b"\r", 0, filled - 1) + 1
             if cut == 0:
-                if size > 4 * _CHUNK:
+                if filled > 4 * _CHUNK:
                     raise ValueError(f"{path}: a line longer than {4 * _CHUNK >> 20} MiB")
-                carry = bytes(buffer[:size])
+                carry = bytes(buffer[:filled])
                 continue
             yield np.frombuffer(buffer, dtype=np.uint8, count=cut)
-            carry = bytes(buffer[cut:size])
+            carry = bytes(buffer[cut:filled])
 
 
 class _Hashed:
@@ -424,16 +513,17 @@ def _parse_into_cache(path: Path, root: Path, entry: Path) -> LetorFile:
     """One scan per chunk, each into its own arrays, appended in order to the cache entry. The
     width (largest feature index) is taken from the first chunk; should a later line be wider,
     every chunk is counted first and the scan repeated at the true width."""
-    first = _scan_all_first_chunk(path)
-    estimate = int(first[lt.R_ROWS]) * max(1, -(-path.stat().st_size // _CHUNK))
-    _check_dense_fits(path, estimate, int(first[lt.R_MAX_INDEX]))
+    first, covered = _scan_prefix(path)
+    _check_dense_fits(path, _estimated_rows(path, first, covered), int(first[lt.R_MAX_INDEX]), root)
     folder = cache.new_entry(root)
     hasher = hashlib.sha256()
     try:
         try:
             arrays, meta = _fill(path, folder, int(first[lt.R_MAX_INDEX]), hasher, guessed=True)
         except _WiderThanGuess:
-            width = max(int(r[lt.R_MAX_INDEX]) for r in _scan_all(path))
+            counts = _scan_all(path)
+            width = max(int(r[lt.R_MAX_INDEX]) for r in counts)
+            _check_dense_fits(path, sum(int(r[lt.R_ROWS]) for r in counts), width, root)
             hasher = hashlib.sha256()  # of the bytes the rows come from
             arrays, meta = _fill(path, folder, width, hasher, guessed=False)
     except BaseException:
@@ -456,12 +546,33 @@ def _parse_into_cache(path: Path, root: Path, entry: Path) -> LetorFile:
     return LetorFile(path=path, meta=loaded[1], **loaded[0])
 
 
-def _scan_all_first_chunk(path: Path) -> np.ndarray:
-    """The counting scan of the file's first chunk (its errors raised)."""
-    chunk = next(_chunks(path), np.zeros(0, np.uint8))
+def _scan_prefix(path: Path, size: int | None = None) -> tuple[np.ndarray, int]:
+    """The counting scan of the file's first chunk, or of its first ``size`` bytes or so of
+    whole lines (its errors raised; they lie in the first chunk too), and how many bytes of
+    text it covered."""
+    chunk = _text_prefix(path, size) if size else None
+    if chunk is None:
+        chunk = next(_chunks(path), np.zeros(0, np.uint8))
     result = lt.scan(chunk, False, *_EMPTY, lt.POW10)
     _raise_scan_error(path, [result])
-    return result
+    return result, len(chunk)
+
+
+def _text_prefix(path: Path, size: int) -> np.ndarray | None:
+    """The first ``size`` bytes of text or so, cut after a line end (all of a shorter text),
+    decompressing no more than that; ``None`` when they hold no line end or the gzip data is
+    damaged (the first chunk then reports it)."""
+    with open(path, "rb") as handle:
+        gzipped = handle.read(2) == _GZIP_MAGIC
+    try:
+        with (gzip.open if gzipped else open)(path, "rb") as handle:
+            text = handle.read(size + 1)
+    except (OSError, EOFError, zlib.error):
+        return None
+    if len(text) <= size:
+        return np.frombuffer(text, np.uint8)
+    cut = max(text.rfind(b"\n"), text.rfind(b"\r", 0, len(text) - 1)) + 1
+    return np.frombuffer(text, np.uint8, count=cut) if cut else None
 
 
 def _fill(path: Path, folder: Path | None, width: int, hasher, guessed: bool) -> tuple[dict, dict]:
@@ -487,6 +598,7 @@ def _fill(path: Path, folder: Path | None, width: int, hasher, guessed: bool) ->
     present = np.zeros(width, bool)
     docids, doc_lengths = [], []
     state = {"rows": 0, "lines": 0, "nonfinite": 0, "nonfinite_line": 0, "nonfinite_col": 0}
+    state["nonfinite_value"] = 0.0
 
     def done(number, chunk, result, outputs):
         rows, nulls = int(result[lt.R_ROWS]), int(result[lt.R_NULLS])
@@ -503,6 +615,8 @@ def _fill(path: Path, folder: Path | None, width: int, hasher, guessed: bool) ->
         if result[lt.R_NONFINITE] and not state["nonfinite"]:
             state["nonfinite_line"] = state["lines"] + int(result[lt.R_NONFINITE_LINE])
             state["nonfinite_col"] = int(result[lt.R_NONFINITE_COL])
+            bits = result[lt.R_NONFINITE_BITS : lt.R_NONFINITE_BITS + 1]
+            state["nonfinite_value"] = float(bits.view(np.float64)[0])
         state["nonfinite"] += int(result[lt.R_NONFINITE])
         state["rows"] += rows
         state["lines"] += int(result[lt.R_LINES])
@@ -511,7 +625,7 @@ def _fill(path: Path, folder: Path | None, width: int, hasher, guessed: bool) ->
         _scan_all(path, scan_chunk, done, hasher, width_guessed=guessed)
         if state["rows"] == 0:
             raise ValueError(f"{path}: empty file (no data lines)")
-        _check_dense_fits(path, state["rows"], width)
+        _check_dense_fits(path, state["rows"], width, None)
     except BaseException:
         features.discard()
         raise
@@ -531,6 +645,7 @@ def _fill(path: Path, folder: Path | None, width: int, hasher, guessed: bool) ->
         "nonfinite": state["nonfinite"],
         "nonfinite_line": state["nonfinite_line"],
         "nonfinite_feature": state["nonfinite_col"],
+        "nonfinite_value": state["nonfinite_value"],
     }
     return arrays, meta
 
@@ -587,19 +702,12 @@ def _gather_spans(chunk: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.n
     return chunk[np.arange(total) + shift]
 
 
-def _check_dense_fits(path: Path, n_rows: int, n_features: int) -> None:
-    """Features are held dense: refuse (with the size) a file whose matrix cannot fit."""
-    need = n_rows * n_features * 4
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
-        return
-    if need > memory:
-        raise ValueError(
-            f"{path}: {n_rows} rows x {n_features} features need {need / 2**30:.1f} GiB as a "
-            f"dense float32 matrix, more than this machine's {memory / 2**30:.1f} GiB; "
-            "feature indices this large are not supported"
-        )
+def _check_dense_fits(path: Path, n_rows: int, n_features: int, cache_root: Path | None) -> None:
+    """One file's dense matrix against the budget (its disk part only while ``cache_root`` is
+    given: once counted, the bytes are already written)."""
+    need = 4 * n_rows * n_features
+    subject = f"{path}: {n_rows} rows x {n_features} features as a dense float32 matrix"
+    _check_budget(subject, need, need if cache_root else 0, cache_root or path.parent)
 
 
 # ---- the cache ----------------------------------------------------------------------------------

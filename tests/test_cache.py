@@ -58,3 +58,9 @@ def test_unwritable_root_works_in_memory(tmp_path):
     assert cache.new_entry(blocker / "sub") is None
     assert cache.commit(None, blocker / "e", {}, {}, shapes, same=lambda old: True) is None
     assert type(cache.new_array(None, "x", np.float32, (2,))) is np.ndarray
+
+
+def test_free_disk_bytes_is_measured_on_the_nearest_existing_folder(tmp_path):
+    inside = cache.free_disk_bytes(tmp_path / "not" / "yet" / "made")
+    assert abs(inside - cache.free_disk_bytes(tmp_path)) < 2**30  # the same disk, give or take
+    assert not (tmp_path / "not").exists()  # measuring creates nothing

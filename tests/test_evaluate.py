@@ -5,12 +5,16 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from differank.datamodules import letor_text
+from differank.datamodules.reader import NUMBER
 from differank.rankers.metrics.evaluate import (
     evaluate_arrays,
     evaluate_files,
@@ -156,11 +160,62 @@ def test_line_count_mismatch_names_both_counts_and_files(tiny, cli):
         evaluate_files([tiny[0]], tiny[1])
 
 
-@pytest.mark.parametrize("bad", ["abc", "nan", "", "1.0 2.0"])
+@pytest.mark.parametrize("bad", ["abc", "nan", "", "1.0 2.0", "3_0", "0x10", "1e", "."])
 def test_bad_score_line_names_file_and_line(tiny, bad, cli):
     tiny[1].write_text(PREDICTIONS.replace("2.0\n", f"{bad}\n"))
     code, _, err = cli(*tiny)
     assert code == 2 and f"{tiny[1]}:5" in err
+
+
+def test_an_underscore_is_not_read_as_a_digit_separator(tiny):
+    """Python's float("3_0") is 30.0; the reader's syntax has no underscores."""
+    tiny[1].write_text(PREDICTIONS.replace("2.0\n", "3_0\n"))
+    with pytest.raises(ValueError, match=rf"{tiny[1].name}:5: score is not a number: '3_0'"):
+        evaluate_files([tiny[0]], tiny[1])
+
+
+def test_a_non_ascii_byte_names_file_line_and_column(tiny, cli):
+    tiny[1].write_bytes(PREDICTIONS.encode().replace(b"0.9\n", b"0.9\xb5\n"))
+    message = f"{tiny[1]}:2: byte 0xb5 at column 4 is not ASCII"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        evaluate_files([tiny[0]], tiny[1])
+    code, _, err = cli(*tiny)
+    assert code == 2 and message in err
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "3",
+        "-0.5",
+        ".5",
+        "1.",
+        "+2E2",
+        "1e-3",
+        "inf",
+        "-Infinity",
+        "NaN",
+        "3_0",
+        "1e",
+        ".",
+        "",
+        "0x10",
+        "1.5.2",
+        "e3",
+        "+",
+        "1e+",
+        "infinit",
+        "nan1",
+        "1 2",
+        "١",
+    ],
+)
+def test_the_scores_syntax_is_the_readers(token):
+    """``reader.NUMBER`` accepts a token exactly when the compiled scanner reads it as a
+    feature value."""
+    buffer = np.frombuffer(token.encode(), np.uint8)
+    _, end = letor_text._parse_value(buffer, 0, len(buffer), letor_text.POW10)
+    assert bool(NUMBER.fullmatch(token)) == (end == len(buffer) and len(buffer) > 0)
 
 
 @pytest.mark.parametrize(

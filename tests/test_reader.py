@@ -5,11 +5,13 @@ import hashlib
 import logging
 import math
 import os
+import re
 
 import numpy as np
 import pytest
 
 from differank.datamodules import letor_text, reader
+from differank.datamodules.letor import LetorDataModule
 from differank.datamodules.reader import check_read_options, read_letor_file, write_letor
 
 GOOD = b"""2 qid:7 1:0.5 2:1.0 3:0.25 #docid = GX-1 inc = 1 prob = 0.5
@@ -168,11 +170,11 @@ def test_a_file_changed_before_its_single_pass_is_read_as_it_is_then(tmp_path, m
     changed = GOOD + b"0 qid:9 1:1\n"
     real, calls = reader._chunks, []
 
-    def changing(p, hasher=None):
+    def changing(p, hasher=None, size=None):
         calls.append(p)
         if len(calls) == 2:  # after the first chunk's width scan, before the filling scan
             p.write_bytes(changed)
-        yield from real(p, hasher)
+        yield from real(p, hasher, size)
 
     monkeypatch.setattr(reader, "_chunks", changing)
     parsed = read(path)
@@ -200,11 +202,11 @@ def test_a_file_that_widens_between_counting_and_filling_is_an_error(tmp_path, m
     path = write(tmp_path, NARROW_THEN_WIDE)
     real, calls = reader._chunks, []
 
-    def changing(p, hasher=None):
+    def changing(p, hasher=None, size=None):
         calls.append(p)
         if len(calls) == 4:  # width scan, guessed fill, counting scan, then this fill
             p.write_bytes(NARROW_THEN_WIDE.replace(b"5:6\n", b"5:6 7:1\n"))
-        yield from real(p, hasher)
+        yield from real(p, hasher, size)
 
     monkeypatch.setattr(reader, "_chunks", changing)
     with pytest.raises(ValueError, match="part.txt:41: the file changed while it was read"):
@@ -232,12 +234,49 @@ def test_value_syntax(tmp_path):
 def test_non_finite_values_follow_nan_policy(tmp_path):
     path = write(tmp_path, HEAD + b"1 qid:1 1:nan 2:-INF\n0 qid:1 1:Infinity\n")
     parsed = read(path)
-    with pytest.raises(ValueError, match="part.txt:2: feature 1 is not finite"):
+    with pytest.raises(
+        ValueError, match=r"part.txt:2: feature 1 is not finite \(value nan; 3 such"
+    ):
         check(parsed)
     check(parsed, nan_policy="allow")
     allowed = dense(parsed, nan_policy="allow")
     assert math.isnan(allowed[1, 0]) and allowed[1, 1] == -math.inf and allowed[2, 0] == math.inf
     np.testing.assert_array_equal(dense(parsed, nan_policy="zero")[1:], [[0, 0], [0, 0]])
+
+
+@pytest.mark.parametrize("written", [b"3.5e38", b"1e39", b"-1e39", b"340282357e30"])
+def test_a_value_beyond_float32s_range_is_refused_with_file_line_feature_and_value(
+    tmp_path, written
+):
+    """Finite as float64, inf as float32: z-scoring would make the feature NaN everywhere."""
+    path = write(tmp_path, HEAD + b"1 qid:1 1:0.5 2:" + written + b"\n")
+    parsed = read(path)
+    value = float(written)
+    pattern = f"part.txt:2: feature 2 is not finite (value {value:.9g} is beyond float32's range"
+    with pytest.raises(ValueError, match=re.escape(pattern)):
+        check(parsed)
+    assert dense(parsed, nan_policy="zero")[1, 1] == 0.0  # the documented alternatives
+    assert abs(dense(parsed, nan_policy="allow")[1, 1]) == math.inf
+
+
+def test_float32_max_itself_is_finite(tmp_path):
+    parsed = check(read(write(tmp_path, HEAD + b"1 qid:1 1:3.4028234e38 2:-3.4028234e38\n")))
+    assert dense(parsed)[1].tolist() == [reader.FLOAT32_MAX, -reader.FLOAT32_MAX]
+
+
+@pytest.mark.parametrize("split", ["train", "vali", "test"])
+def test_every_split_refuses_a_float32_overflow_before_training(tmp_path, split):
+    rows = b"2 qid:1 1:0.5 2:1\n0 qid:1 1:0.1 2:0\n1 qid:2 1:0.3 2:2\n0 qid:2 1:0.2 2:1\n"
+    fold = tmp_path / "Fold1"
+    fold.mkdir()
+    for name in ("train", "vali", "test"):
+        text = rows + (b"1 qid:3 1:0.4 2:1e39\n" if name == split else b"")
+        (fold / f"{name}.txt").write_bytes(text)
+    data = LetorDataModule(root=tmp_path, cache_dir=tmp_path / "cache")
+    with pytest.raises(
+        ValueError, match=rf"{split}.txt:5: feature 2 is not finite \(value 1e\+39 is beyond"
+    ):
+        assert data.n_features
 
 
 def test_null_needs_null_value_and_is_replaced_by_it(tmp_path):
@@ -276,12 +315,6 @@ def test_bad_options(options, message):
     arguments = {"nan_policy": "error", "null_value": None, "label_range": None, **options}
     with pytest.raises(ValueError, match=message):
         check_read_options(**arguments)
-
-
-def test_a_dense_matrix_that_cannot_fit_is_refused_with_its_size(tmp_path, monkeypatch):
-    monkeypatch.setattr(os, "sysconf", lambda name: 1 if name == "SC_PAGE_SIZE" else 1000)
-    with pytest.raises(ValueError, match=r"wide.txt: 2 rows x 2000 features need 0.0 GiB"):
-        read(write(tmp_path, b"1 qid:1 2000:1\n0 qid:1 1:1\n", "wide.txt"))
 
 
 def no_parsing(*args, **kwargs):

@@ -16,13 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-from differank.datamodules.reader import group_queries, read_letor_file
+from differank.datamodules.reader import NUMBER, group_queries, read_letor_file
 from differank.rankers.metrics.letor import check_metric_options, letor_metrics, metric_keys
 
 # Queries per letor_metrics call: bounds the padded [chunk, L] float64 work tensors.
@@ -38,22 +39,37 @@ def read_labels_and_qids(feature_files: Sequence[str | Path]) -> tuple[torch.Ten
     return labels, qids
 
 
+# A scores line: blanks, one number in the reader's syntax, blanks.
+_SCORE_LINE = re.compile(rb"[ \t]*(?:" + NUMBER.pattern.encode() + rb")[ \t]*")
+
+
 def read_scores(prediction_file: str | Path) -> list[float]:
-    """One score per line (trailing blank lines are allowed); NaN or non-numbers are errors."""
+    """One score per line (blanks around it and trailing blank lines are allowed), written in
+    the reader's number syntax (:data:`differank.datamodules.reader.NUMBER`: ``3_0``, ``0x1p3``
+    or a non-ASCII byte are errors); NaN is an error. Every error names ``file:line``."""
     path = Path(prediction_file)
-    with open(path, encoding="utf-8") as handle:
-        lines = handle.read().splitlines()
+    data = path.read_bytes()
+    lines = data.splitlines()  # \n, \r\n or \r, as the reader counts lines
     while lines and not lines[-1].strip():
         lines.pop()
-    scores = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            value = float(line)
-        except ValueError:
-            raise ValueError(f"{path}:{number}: score is not a number: {line[:80]!r}") from None
-        if math.isnan(value):
-            raise ValueError(f"{path}:{number}: score is NaN")
-        scores.append(value)
+    if not data.isascii():
+        number, raw = next((n, r) for n, r in enumerate(lines, 1) if not r.isascii())
+        column = next(k for k, byte in enumerate(raw) if byte > 127)
+        raise ValueError(
+            f"{path}:{number}: byte 0x{raw[column]:02x} at column {column + 1} is not ASCII; "
+            "a scores file holds one number per line"
+        )
+    match = _SCORE_LINE.fullmatch
+    if not all(map(match, lines)):
+        number, raw = next((n, r) for n, r in enumerate(lines, 1) if not match(r))
+        raise ValueError(
+            f"{path}:{number}: score is not a number: {raw.decode()[:80]!r} (a number is "
+            "written like 3, -0.5, .5, 1e-3 or inf: digits, one '.', an exponent, no '_')"
+        )
+    scores = list(map(float, lines))
+    if any(map(math.isnan, scores)):
+        number = next(n for n, v in enumerate(scores, 1) if math.isnan(v))
+        raise ValueError(f"{path}:{number}: score is NaN")
     return scores
 
 

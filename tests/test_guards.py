@@ -1,0 +1,105 @@
+"""rankers/training/guards.py: a validation split that cannot select an epoch is announced
+before training (and what the monitor will do is what it does); a non-finite loss or weight
+stops the run at once, naming epoch, step and learning rate, with the saved checkpoints kept."""
+
+import logging
+import math
+import re
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from differank.datamodules.reader import write_letor
+from differank.rankers.training.guards import NonFiniteRunError, validation_signal_problem
+from tests.conftest import TINY_DATA, TINY_RUN
+from train import compose_run, train
+
+
+def letor_fold(root, vali_labels):
+    """A small fold whose validation labels are ``vali_labels`` (4 queries of 4 documents)."""
+    generator = torch.Generator().manual_seed(0)
+    for name in ("train", "vali", "test"):
+        features = torch.rand(16, 3, generator=generator).numpy()
+        qids = [q for q in range(4) for _ in range(4)]
+        labels = vali_labels if name == "vali" else [0, 1, 2, 1] * 4
+        write_letor(root / "Fold1" / f"{name}.txt", features, labels, qids)
+    return root
+
+
+def run(tmp_path, overrides, data=TINY_DATA):
+    settings = [*data, *TINY_RUN[len(TINY_DATA) :], "quiet=true", *overrides]
+    cfg = compose_run(settings, tmp_path / "run")
+    return train(cfg, tmp_path / "run")
+
+
+@pytest.mark.parametrize(
+    "vali_labels, problem",
+    [
+        ([0] * 16, r"has no relevant document \(every label is 0\): val/map is 0 at every epoch"),
+        ([1] * 8 + [0] * 8, "has no preference pair .* val/map is the same at every epoch"),
+    ],
+)
+def test_a_validation_split_that_cannot_select_is_announced_and_does_what_it_says(
+    tmp_path, caplog, vali_labels, problem
+):
+    root = letor_fold(tmp_path / "data", vali_labels)
+    overrides = ["data=letor", f"data.root={root}", "trainer.max_epochs=3"]
+    with caplog.at_level(logging.WARNING, logger="differank.rankers.training.guards"):
+        run(tmp_path, overrides, data=[])
+    warnings = [r.getMessage() for r in caplog.records if r.name.endswith("guards")]
+    assert len(warnings) == 1 and re.search(problem, warnings[0]), warnings
+    assert "vali.txt" in warnings[0] and "best checkpoint stays at epoch 0" in warnings[0]
+    best = torch.load(tmp_path / "run" / "checkpoints" / "best.ckpt", weights_only=True)
+    assert best["epoch"] == 0  # as announced
+
+
+def test_a_validation_split_with_signal_is_not_announced():
+    class Split:
+        labels = torch.tensor([0.0, 1.0, 1.0, 1.0])
+        query_rows = [torch.tensor([0, 1]), torch.tensor([2, 3])]
+
+    assert validation_signal_problem(Split, "val/map") is None
+
+
+def test_a_learning_rate_of_1e30_stops_at_the_first_nan_loss_naming_epoch_step_and_lr(tmp_path):
+    overrides = ["model=mlp", "loss=listnet", "model.optimizer.lr=1e30"]
+    with pytest.raises(NonFiniteRunError) as stopped:
+        run(tmp_path, overrides)
+    message = str(stopped.value)
+    assert "the training loss is nan at epoch 0, step " in message
+    assert "learning rate 1e+30" in message and "lower model.optimizer.lr (now 1e+30)" in message
+    assert "no checkpoint had been saved yet" in message
+
+
+class PoisonWeights(pl.Callback):
+    """Sets every weight to NaN at the end of epoch ``epoch``'s training batches (test only)."""
+
+    def __init__(self, epoch: int = 1, then: str = "validate"):
+        self.epoch, self.then = epoch, then
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        last = batch_idx == trainer.num_training_batches - 1
+        if trainer.current_epoch == self.epoch and (last or self.then == "train"):
+            with torch.no_grad():
+                for parameter in pl_module.parameters():
+                    parameter.fill_(math.nan)
+
+
+@pytest.mark.parametrize(
+    "then, what",
+    [("validate", "weight .* is not finite, so validation scores"), ("train", "training loss")],
+)
+def test_weights_gone_non_finite_stop_the_run_and_keep_the_finite_checkpoints(tmp_path, then, what):
+    poison = [
+        "+callbacks.poison._target_=tests.test_guards.PoisonWeights",
+        f"+callbacks.poison.then={then}",
+        "trainer.max_epochs=3",
+    ]
+    with pytest.raises(NonFiniteRunError, match=f"{what}.* at epoch 1, step") as stopped:
+        run(tmp_path, poison)
+    assert "checkpoints saved so far are kept unchanged" in str(stopped.value)
+    for name in ("best.ckpt", "last.ckpt"):
+        checkpoint = torch.load(tmp_path / "run" / "checkpoints" / name, weights_only=True)
+        assert checkpoint["epoch"] == 0
+        assert all(torch.isfinite(v).all() for v in checkpoint["state_dict"].values())
