@@ -26,7 +26,10 @@ HYDRA = {"hydra", "omegaconf", "yaml"}
 
 # room folder -> (the third-party packages it may import, the rooms it may import)
 RULES = {
-    "losses/algorithms": ({"torch"}, {ALGORITHMS, "differank.losses.inputs"}),
+    "losses/algorithms": (
+        {"torch"},
+        {ALGORITHMS, "differank.losses.inputs", "differank.losses.options"},
+    ),
     "losses": ({"torch"}, {LOSSES}),
     "rankers/scorers": ({"torch"}, {LOSSES, SCORERS}),
     "rankers/solvers": ({"torch"}, {LOSSES, SCORERS, SOLVERS}),

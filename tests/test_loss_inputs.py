@@ -23,9 +23,11 @@ from tests.conftest import ROOT
 
 def cone_of_scores(scores, labels, mask, reduction="mean"):
     """The cone loss on one-feature documents made from the scores ([B, L] -> [B, L, 1], no
-    arithmetic), so the rule's cases written for scores apply to it as they are."""
+    arithmetic), so the rule's cases written for scores apply to it as they are; every pair,
+    so that two calls compare without a shared random draw."""
     basis = torch.tensor([[0.5]], dtype=scores.dtype)  # F = K = 1: the hull is one point
-    return cone_loss(scores.unsqueeze(-1), labels, mask, basis, reduction=reduction)
+    return cone_loss(scores.unsqueeze(-1), labels, mask, basis, reduction=reduction,
+                     max_pairs_per_query=None)  # fmt: skip
 
 
 def sampled_convex(scores, labels, mask, reduction="mean"):
