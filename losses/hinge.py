@@ -10,11 +10,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from differank.losses.algorithms.dcg import dcg_discounts
 from differank.losses.algorithms.ndcg_assignment import (
     assignment_positions,
     gains_and_ideal_dcg,
     label_level_dp,
-    position_discounts,
     position_weights,
     query_levels,
     ystar_positions,
@@ -73,7 +73,7 @@ def hinge_inference(
     zero = torch.zeros((), dtype=dtype, device=scores.device)
     weight_hat = torch.where(mask, position_weights(worst, k).to(dtype), zero)
     weight_star = torch.where(mask, position_weights(best, k).to(dtype), zero)
-    discount = torch.where(mask, position_discounts(worst, k, dtype), zero)
+    discount = torch.where(mask, dcg_discounts(worst, k, dtype), zero)
     safe_ideal = torch.where(valid, ideal, torch.ones_like(ideal))
     # Δ ≥ 0 exactly; clamping removes the 1e-16 rounding of 1 − NDCG at ŷ = y*
     delta = (1.0 - (gains * discount).sum(dim=-1) / safe_ideal).clamp(min=0.0)

@@ -29,6 +29,7 @@ from functools import lru_cache
 
 import torch
 
+from differank.losses.algorithms.dcg import dcg_discounts, dcg_gains
 from differank.losses.algorithms.pairs import label_levels
 from differank.losses.inputs import may_read_values
 
@@ -41,26 +42,18 @@ def position_weights(positions: torch.Tensor, k: int) -> torch.Tensor:
     return (k + 1 - positions).clamp(min=0)
 
 
-def position_discounts(positions: torch.Tensor, k: int, dtype: torch.dtype) -> torch.Tensor:
-    """``D(r) = 1 / log2(1 + r)`` for ``r ≤ k``, else 0 (the loss-side discount,
-    docs/objectives/hinge.md#interpretations-chosen)."""
-    r = positions.to(dtype)
-    inside = positions <= k
-    return torch.where(inside, 1.0 / torch.log2(1.0 + r.clamp(min=1.0)), torch.zeros_like(r))
-
-
 def gains_and_ideal_dcg(
     labels: torch.Tensor, mask: torch.Tensor, k: int, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Gains ``2^label − 1`` (0 at padding) [B, L] and the ideal DCG@k ``N_q`` [B]."""
     real = torch.where(mask, labels.to(dtype), torch.zeros((), dtype=dtype, device=labels.device))
-    gains = torch.where(mask, torch.exp2(real) - 1.0, torch.zeros_like(real))
+    gains = dcg_gains(real, mask)
     top = min(k, labels.shape[-1])
     ordered = torch.where(mask, gains, torch.full_like(gains, -math.inf))
     best = ordered.topk(top, dim=-1).values
     best = torch.where(torch.isfinite(best), best, torch.zeros_like(best))
     ranks = torch.arange(1, top + 1, device=labels.device)
-    ideal = (best * position_discounts(ranks, k, dtype)).sum(dim=-1)
+    ideal = (best * dcg_discounts(ranks, k, dtype)).sum(dim=-1)
     return gains, ideal
 
 
@@ -398,7 +391,7 @@ def assignment_positions(
             continue
         ranks = torch.arange(1, top + 1)
         weight = position_weights(ranks, k).to(torch.float64)
-        discount = position_discounts(ranks, k, torch.float64)
+        discount = dcg_discounts(ranks, k, torch.float64)
         benefit = (
             weight.unsqueeze(1) * host_scores[b, docs].unsqueeze(0)
             - discount.unsqueeze(1) * host_gains[b, docs].unsqueeze(0) / host_ideal[b]
