@@ -237,7 +237,7 @@ class TestConeLoss:
         want = []
         for b in range(features.shape[0]):
             x, r, total, count = features[b][mask[b]], labels[b][mask[b]], 0.0, 0
-            for l in range(len(r)):  # noqa: E741
+            for l in range(len(r)):
                 for m in range(len(r)):
                     if r[l] > r[m]:
                         z = x[l] - x[m]

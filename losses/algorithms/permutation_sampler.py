@@ -372,20 +372,6 @@ def _arrange(
     return torch.where(keep, walk.positions, target)
 
 
-def _seed_orders(
-    tables: QueryTables, chains: int, generator: torch.Generator | None
-) -> torch.Tensor:
-    """``[3, B, C, L]`` restart candidates: ideal (random order within a label, Δ = 0), a uniform
-    shuffle (E[Δ_AUC] = 1/2) and the reversed ideal (Δ_AUC = 1), padding after in slot order."""
-    walk = _walk_tables(tables)
-    order, _, rank, at_level, _ = _shuffle(walk, chains, generator)
-    seeds = []
-    for kind in range(3):
-        target = _arrange(walk, rank, at_level, torch.full_like(order[..., 0], kind))
-        seeds.append(torch.empty_like(order).scatter_(-1, target.long(), order))
-    return torch.stack([seeds[0], seeds[1], seeds[2]])
-
-
 @torch.no_grad()
 def run_sampler(
     scores: torch.Tensor,
