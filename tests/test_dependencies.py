@@ -116,6 +116,16 @@ def test_import_losses_pulls_in_no_framework():
     assert result.stdout.strip() == "[]", result.stdout
 
 
+def test_import_losses_does_not_load_the_compiler():
+    """``torch._dynamo`` costs about 1.7 s of import time: only a program that compiles loads it
+    (the hinge DP's constant mark is made then, losses/algorithms/dp_tables_constant.py)."""
+    code = "import sys, differank.losses\nprint('torch._dynamo' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "False"
+
+
 def test_differank_is_the_one_installed_import_name(tmp_path):
     """From a directory outside the project only ``differank`` imports: no top-level
     ``losses``, ``rankers``, ``datamodules`` or ``train``; its packages are this checkout's

@@ -200,11 +200,12 @@ def _dp_tables_cpu(levels: int, positions: int) -> tuple[torch.Tensor, ...]:
 _DEVICE_TABLES: dict[tuple[int, int, str], tuple] = {}
 
 
-@torch.compiler.assume_constant_result
-def _dp_tables(levels: int, positions: int, device: torch.device) -> tuple:
+def dp_tables(levels: int, positions: int, device: torch.device) -> tuple:
     """The cached tables on ``device``; layer bounds as a Python list (static, not data).
 
-    Constants to ``torch.compile``: built once on the host, never traced.
+    Constants to ``torch.compile``: built once on the host, never traced. The mark
+    (``torch.compiler.assume_constant_result``) is made by
+    :mod:`~differank.losses.algorithms.dp_tables_constant`, imported only while compiling.
     """
     key = (levels, positions, str(device))
     if key not in _DEVICE_TABLES:
@@ -246,7 +247,10 @@ def label_level_dp(
             f"and k' = {top} positions (limit {MAX_DP_STATES}); too many label levels for the DP: "
             "use solver='assignment' (exact per-query assignment on CPU)"
         )
-    counts, sums, pred, pick, bounds = _dp_tables(levels, top, device)
+    if torch.compiler.is_compiling():
+        # marks dp_tables constant; a real import even while tracing (torch._dynamo is loaded)
+        import differank.losses.algorithms.dp_tables_constant  # noqa: F401
+    counts, sums, pred, pick, bounds = dp_tables(levels, top, device)
     neg_inf = torch.full((), -math.inf, dtype=dtype, device=device)  # no host-to-device copy
 
     # Each level's best documents by score, descending: S [B, M, k'] (−inf past n_m) and ids.
