@@ -32,14 +32,17 @@ from differank.losses.algorithms.cone_fold_in import (
 )
 from differank.losses.algorithms.pairs import preference_mask, sample_pairs
 from differank.losses.inputs import (
+    batch_result,
     check_list_inputs,
     compute_dtype,
     finite_label_mask,
     finite_scores,
     float_labels,
+    list_loss,
     may_read_values,
     nan_for_nonfinite_scores,
     nonempty_lists,
+    single_query,
 )
 from differank.losses.options import keyword_options
 from differank.losses.reduction import check_reduction, reduce_queries
@@ -111,11 +114,12 @@ def normalise_differences(z: torch.Tensor, alpha: float, rho: float) -> torch.Te
     return rho * z / (alpha + norm)
 
 
+@list_loss(features=True)
 @keyword_options(ConeOptions)
 def cone_loss(
     features: torch.Tensor,
     labels: torch.Tensor,
-    mask: torch.Tensor,
+    mask: torch.Tensor | None,
     basis: torch.Tensor,
     *,
     generator: torch.Generator | None = None,
@@ -367,15 +371,17 @@ class ConeLoss(nn.Module):
         self,
         features: torch.Tensor,
         labels: torch.Tensor,
-        mask: torch.Tensor,
+        mask: torch.Tensor | None,
         basis: torch.Tensor,
     ) -> torch.Tensor:
-        """:func:`cone_loss` with this module's options.
+        """:func:`cone_loss` with this module's options (and warm start).
 
         Shape:
-            features: [B, L, F]; labels, mask: [B, L]; basis: [F, K] -> [B] for
-            ``reduction="none"``, else a scalar.
+            features: [B, L, F] (one query: [L, F]); labels, mask: [B, L] (one query: [L];
+            ``mask=None``: every document is real; it is positional, the basis follows it);
+            basis: [F, K] -> [B] for ``reduction="none"`` ([] for one query), else a scalar.
         """
+        features, labels, mask, unbatched = single_query(features, labels, mask, features=True)
         seed = self._support
         if seed is not None and (seed.device != basis.device or seed.shape[1] != basis.shape[1]):
             seed = None
@@ -385,4 +391,4 @@ class ConeLoss(nn.Module):
         )  # fmt: skip
         if self.warm_start and self.options.solver == "active_set":
             self._support = support
-        return loss
+        return batch_result(loss, unbatched)

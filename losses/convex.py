@@ -23,7 +23,14 @@ from differank.losses.algorithms.permutation_sampler import (
     query_tables,
     run_sampler,
 )
-from differank.losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
+from differank.losses.inputs import (
+    batch_result,
+    finite_scores,
+    list_inputs,
+    list_loss,
+    nan_for_nonfinite_scores,
+    single_query,
+)
 from differank.losses.options import keyword_options
 from differank.losses.reduction import check_reduction, reduce_queries
 
@@ -88,11 +95,12 @@ class ConvexOptions:
         return "convex" if self.objective == "convex" else "model"
 
 
+@list_loss()
 @keyword_options(ConvexOptions)
 def convex_loss(
     scores: torch.Tensor,
     labels: torch.Tensor,
-    mask: torch.Tensor,
+    mask: torch.Tensor | None = None,
     *,
     samples: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
@@ -332,10 +340,18 @@ class ConvexLoss(nn.Module):
         self,
         scores: torch.Tensor,
         labels: torch.Tensor,
-        mask: torch.Tensor,
+        mask: torch.Tensor | None = None,
         qid: torch.Tensor | None = None,
         samples: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """:func:`convex_loss` with this module's options, sample refresh and seed.
+
+        Shape:
+            scores [B, L] (one query: [L]); labels, mask like scores (``mask=None``: every
+            document is real); qid: [B]; samples: int64 [B, S, L] -> [B] for
+            ``reduction="none"`` ([] for one query), else a scalar.
+        """
+        scores, labels, mask, unbatched = single_query(scores, labels, mask, features=False)
         compiling = torch.compiler.is_compiling()
         if (
             samples is None
@@ -344,10 +360,11 @@ class ConvexLoss(nn.Module):
             and not compiling  # the cache is Python state keyed by host-read qids
         ):
             samples = self._samples(scores, labels, mask, qid)
-        return _convex_loss(
+        loss = _convex_loss(
             scores, labels, mask, self.options, samples=samples,
             generator=self._generator(scores.device), reduction=self.reduction,
         )  # fmt: skip
+        return batch_result(loss, unbatched)
 
     def _generator(self, device: torch.device) -> torch.Generator | None:
         # compiled: the global RNG (a Generator object breaks a fullgraph trace)

@@ -20,7 +20,12 @@ from differank.losses.algorithms.ndcg_assignment import (
     ystar_positions,
 )
 from differank.losses.algorithms.pairs import NUM_LEVELS, valid_queries
-from differank.losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
+from differank.losses.inputs import (
+    finite_scores,
+    list_inputs,
+    list_loss,
+    nan_for_nonfinite_scores,
+)
 from differank.losses.reduction import check_reduction, reduce_queries
 
 YSTARS = ("compatible", "index")
@@ -81,10 +86,11 @@ def hinge_inference(
     return weight_hat, weight_star, delta, valid
 
 
+@list_loss()
 def structured_hinge_loss(
     scores: torch.Tensor,
     labels: torch.Tensor,
-    mask: torch.Tensor,
+    mask: torch.Tensor | None = None,
     *,
     k: int = 10,
     ystar: str = "compatible",
@@ -167,8 +173,14 @@ class StructuredHingeLoss(nn.Module):
         self.reduction = check_reduction(reduction)
 
     def forward(
-        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
+        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None = None
     ) -> torch.Tensor:
+        """:func:`structured_hinge_loss` with this module's options.
+
+        Shape:
+            scores [B, L] (one query: [L]); labels, mask like scores (``mask=None``: every
+            document is real) -> [B] for ``reduction="none"`` ([] for one query), else a scalar.
+        """
         return structured_hinge_loss(
             scores,
             labels,

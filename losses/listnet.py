@@ -6,12 +6,22 @@ import torch
 from torch import nn
 
 from differank.losses.algorithms.pairs import valid_queries
-from differank.losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
+from differank.losses.inputs import (
+    finite_scores,
+    list_inputs,
+    list_loss,
+    nan_for_nonfinite_scores,
+)
 from differank.losses.reduction import check_reduction, reduce_queries
 
 
+@list_loss()
 def listnet_loss(
-    scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, *, reduction: str = "mean"
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    reduction: str = "mean",
 ) -> torch.Tensor:
     """Cross-entropy between the top-one distributions of the labels and of the scores.
 
@@ -51,6 +61,12 @@ class ListNetLoss(nn.Module):
         self.reduction = check_reduction(reduction)
 
     def forward(
-        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
+        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None = None
     ) -> torch.Tensor:
+        """:func:`listnet_loss` with this module's options.
+
+        Shape:
+            scores [B, L] (one query: [L]); labels, mask like scores (``mask=None``: every
+            document is real) -> [B] for ``reduction="none"`` ([] for one query), else a scalar.
+        """
         return listnet_loss(scores, labels, mask, reduction=self.reduction)

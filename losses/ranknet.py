@@ -7,12 +7,22 @@ from torch import nn
 from torch.nn import functional as F
 
 from differank.losses.algorithms.pairs import preference_mask, valid_queries
-from differank.losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
+from differank.losses.inputs import (
+    finite_scores,
+    list_inputs,
+    list_loss,
+    nan_for_nonfinite_scores,
+)
 from differank.losses.reduction import check_reduction, reduce_queries
 
 
+@list_loss()
 def ranknet_loss(
-    scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, *, reduction: str = "mean"
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    reduction: str = "mean",
 ) -> torch.Tensor:
     """Mean over a query's preference pairs of ``log(1 + exp(-(s_i - s_j)))``.
 
@@ -51,6 +61,12 @@ class RankNetLoss(nn.Module):
         self.reduction = check_reduction(reduction)
 
     def forward(
-        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
+        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None = None
     ) -> torch.Tensor:
+        """:func:`ranknet_loss` with this module's options.
+
+        Shape:
+            scores [B, L] (one query: [L]); labels, mask like scores (``mask=None``: every
+            document is real) -> [B] for ``reduction="none"`` ([] for one query), else a scalar.
+        """
         return ranknet_loss(scores, labels, mask, reduction=self.reduction)

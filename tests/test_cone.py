@@ -404,7 +404,7 @@ class TestConeLoss:
             ConeLoss(**kwargs)
 
     def test_scores_instead_of_features(self):
-        with pytest.raises(ValueError, match="model=conerank"):
+        with pytest.raises(ValueError, match=r"features must be \[B, L, F\]"):
             cone_loss(torch.randn(2, 4), torch.zeros(2, 4), torch.ones(2, 4, dtype=torch.bool),
                       torch.eye(4))  # fmt: skip
 
