@@ -14,6 +14,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 import differank.losses.inputs as inputs_module
+import differank.losses.ranknet as ranknet_module
 from differank.losses import (
     ConeLoss,
     ConvexLoss,
@@ -172,3 +173,15 @@ def _plain(value):
 def test_every_forward_documents_its_shapes(module):
     doc = inspect.getdoc(module.forward) or ""
     assert "Shape:" in doc and "[B, L" in doc and "mask=None" in doc, module.__name__
+
+
+def test_ranknet_refuses_a_pair_batch_over_its_memory_budget(monkeypatch):
+    """The O(L²) loss says what it would need before allocating it (a budget of 1 MiB here: a
+    list of 300 documents in float32 needs 300² pairs × 21 bytes ≈ 1.8 MiB)."""
+    monkeypatch.setattr(ranknet_module, "MAX_PAIR_BYTES", 2**20)
+    scores, labels = torch.randn(1, 300), torch.randint(0, 3, (1, 300))
+    with pytest.raises(
+        ValueError, match=r"90,000 pairs need about 1\.8 MiB.*1\.0 MiB.*data\.max_list"
+    ):
+        ranknet_loss(scores, labels)
+    assert ranknet_loss(scores[:, :200], labels[:, :200]).isfinite()  # 200² × 21 B < 1 MiB
