@@ -27,13 +27,13 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import measure  # noqa: E402
-import torch  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
+import matplotlib.pyplot as plt
+import measure
+import torch
+from omegaconf import OmegaConf
 
-from differank.datamodules.letor import LetorDataModule  # noqa: E402
-from differank.losses.algorithms.pairs import preference_mask  # noqa: E402
+from differank.datamodules.letor import LetorDataModule
+from differank.losses.algorithms.pairs import preference_mask
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

@@ -57,6 +57,10 @@ def make_batch(batch, length, n_features, n_basis, device, seed=0):
     return tuple(t.to(device) for t in (features, labels, mask, basis))
 
 
+# the solvers compared on every pair (the loss's default draws 64 pairs per query)
+EVERY_PAIR = {"max_pairs_per_query": None}
+
+
 def cone_step(features, labels, mask, basis, loss):
     f = features.detach().requires_grad_(True)
     u = basis.detach().requires_grad_(True)
@@ -72,8 +76,8 @@ def domination_step(features, labels, mask, basis, loss):
 def steps():
     """The compared steps by name (built on demand: the default reads its config file)."""
     return {
-        "fista": partial(cone_step, loss=ConeLoss(solver="fista", max_iter=500, tol=1e-7)),
-        "active_set": partial(cone_step, loss=ConeLoss(solver="active_set")),
+        "fista": partial(cone_step, loss=ConeLoss(solver="fista", **EVERY_PAIR)),
+        "active_set": partial(cone_step, loss=ConeLoss(solver="active_set", **EVERY_PAIR)),
         "default": partial(cone_step, loss=config_loss("cone")),
         "domination": partial(domination_step, loss=config_loss("domination")),
     }
@@ -87,11 +91,13 @@ def timed(fn, repeats, device):
 def agreement(features, labels, mask, basis):
     """Largest relative per-query difference of the all-pairs losses from the float64 one."""
     wide = [t.double() if t.is_floating_point() else t for t in (features, labels, mask, basis)]
-    reference = cone_loss(*wide, solver="fista", tol=1e-12, max_iter=20000, reduction="none")
+    reference = cone_loss(*wide, solver="fista", tol=1e-12, max_iter=20000, reduction="none",
+                          **EVERY_PAIR)  # fmt: skip
     valid = reference > 0  # queries with at least one pair
     out = {}
     for solver in ("fista", "active_set"):
-        value = cone_loss(features, labels, mask, basis, solver=solver, reduction="none")
+        value = cone_loss(features, labels, mask, basis, solver=solver, reduction="none",
+                          **EVERY_PAIR)  # fmt: skip
         difference = (value.double() - reference).abs() / reference.clamp(min=1e-300)
         out[solver] = float(difference[valid].max()) if bool(valid.any()) else 0.0
     return out

@@ -662,7 +662,7 @@ class _FeatureAppender:
         self.path = None if folder is None else folder / "features.npy"
         self.handle = None
         if self.path is not None:
-            self.handle = open(self.path, "wb")  # noqa: SIM115 - closed by finish()
+            self.handle = open(self.path, "wb")
             self.handle.write(bytes(self.HEADER_BYTES))
 
     def append(self, block: np.ndarray) -> None:

@@ -20,30 +20,36 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from differank.losses.algorithms.cone_active_set import (
-    active_set_fold_in,
-    static_active_set_fold_in,
+from differank.losses.algorithms.cone_fold_in import (
+    FoldInOptions,
+    cone_fold_in,
+    fold_in_k_space,
 )
 from differank.losses.algorithms.pairs import preference_mask, sample_pairs
 from differank.losses.inputs import (
+    batch_result,
     check_list_inputs,
     compute_dtype,
     finite_label_mask,
     finite_scores,
     float_labels,
+    list_loss,
     may_read_values,
     nan_for_nonfinite_scores,
     nonempty_lists,
+    single_query,
 )
+from differank.losses.options import keyword_options
 from differank.losses.reduction import check_reduction, reduce_queries
 
-CONSTRAINTS = ("simplex", "cone", "band")
+__all__ = ["ConeLoss", "ConeOptions", "cone_fold_in", "cone_loss", "normalise_differences"]
+
 WEIGHTINGS = ("label_diff", "none")
-SOLVERS = ("active_set", "fista", "sg", "eg")
 
 _WARNED_WIDE_BASIS = False
 
@@ -64,315 +70,40 @@ def _warn_wide_basis(n_features: int, n_basis: int) -> None:
         )
 
 
-def _check_options(
-    constraint: str,
-    weighting: str,
-    solver: str,
-    band: tuple[float, float],
-    *,
-    alpha: float = 1.0,
-    rho: float | None = None,
-    max_iter: int = 1,
-    tol: float = 0.0,
-    max_pairs_per_query: int | None = None,
-    static_iterations: int | None = None,
-) -> None:
-    """The one validation of the cone hyperparameters, shared by the function and the module."""
-    if constraint not in CONSTRAINTS:
-        raise ValueError(f"constraint must be one of {CONSTRAINTS}, got {constraint!r}")
-    if weighting not in WEIGHTINGS:
-        raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
-    if solver not in SOLVERS:
-        raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
-    lower, upper = band
-    if not 0.0 <= lower <= upper or math.isinf(lower):
-        raise ValueError(f"band must satisfy 0 <= lower <= upper, got {band}")
-    if alpha < 0:
-        raise ValueError(f"alpha must be >= 0, got {alpha}")
-    if rho is not None and rho <= 0:
-        raise ValueError(f"rho must be > 0, got {rho}")
-    if max_iter < 1:
-        raise ValueError(f"max_iter must be >= 1, got {max_iter}")
-    if tol < 0:
-        raise ValueError(f"tol must be >= 0, got {tol}")
-    if max_pairs_per_query is not None and max_pairs_per_query < 1:
-        raise ValueError(f"max_pairs_per_query must be >= 1 or None, got {max_pairs_per_query}")
-    if static_iterations is not None and (
-        isinstance(static_iterations, bool)
-        or not isinstance(static_iterations, int)
-        or static_iterations < 1
-    ):
-        raise ValueError(
-            f"static_iterations must be None or an int >= 1, got {static_iterations!r}"
-        )
-
-
-def project_simplex(values: torch.Tensor, total: float | torch.Tensor = 1.0) -> torch.Tensor:
-    """Euclidean projection of each row onto ``{w >= 0, Σ w = total}`` (sort-based, exact).
-
-    Sort descending, take cumulative sums and the largest k with ``v_(k) > (Σ_{i<=k} v_(i) -
-    total) / k``; then ``w = max(v - τ, 0)`` with ``τ = (Σ_{i<=k} v_(i) - total) / k``.
-
-    Shape:
-        values: [..., K]; total: a float or a tensor broadcastable to [..., 1] -> [..., K].
+@dataclass(frozen=True)
+class ConeOptions(FoldInOptions):
+    """The cone loss's hyperparameters, validated once (see :func:`cone_loss`): the fold-in's
+    (:class:`~differank.losses.algorithms.cone_fold_in.FoldInOptions`: ``constraint``, ``band``,
+    ``solver``, ``max_iter``, ``tol``) and the objective's own. The defaults are
+    ``conf/loss/cone.yaml``'s.
 
     Example:
-        >>> project_simplex(torch.tensor([[0.5, 0.5, 3.0], [-1.0, 0.2, 0.2]]))
-        tensor([[0.0000, 0.0000, 1.0000],
-                [0.0000, 0.5000, 0.5000]])
+        >>> ConeOptions(constraint="cone", max_pairs_per_query=None).weighting
+        'label_diff'
     """
-    ordered, _ = values.sort(dim=-1, descending=True)
-    excess = ordered.cumsum(dim=-1) - total
-    steps = torch.arange(1, values.shape[-1] + 1, device=values.device, dtype=values.dtype)
-    support = (ordered - excess / steps > 0).sum(dim=-1, keepdim=True).clamp(min=1)
-    tau = excess.gather(-1, support - 1) / support.to(values.dtype)
-    return (values - tau).clamp(min=0)
 
+    alpha: float = 1.0
+    rho: float | None = None
+    weighting: str = "label_diff"
+    max_pairs_per_query: int | None = 64
+    static_iterations: int | None = None
 
-def _project(values: torch.Tensor, constraint: str, band: tuple[float, float]) -> torch.Tensor:
-    """Euclidean projection onto C: simplex, the orthant (cone) or ``{w>=0, λ_l<=Σw<=λ_u}``."""
-    if constraint == "simplex":
-        return project_simplex(values)
-    positive = values.clamp(min=0)
-    if constraint == "cone":
-        return positive
-    # band: the multiplier of Σw is zero inside the band, else the sum sits on the violated face
-    lower, upper = band
-    mass = positive.sum(dim=-1, keepdim=True)
-    above = project_simplex(values, upper) if math.isfinite(upper) else positive
-    below = project_simplex(values, lower) if lower > 0 else positive
-    return torch.where(mass > upper, above, torch.where(mass < lower, below, positive))
-
-
-def _rescale_mass(values: torch.Tensor, constraint: str, band: tuple[float, float]) -> torch.Tensor:
-    """The paper's step 1c: rescale non-negative w so its mass lies in the band (Σw = 1 for the
-    simplex, untouched for the cone); an all-zero row restarts uniform."""
-    if constraint == "cone":
-        return values
-    lower, upper = (1.0, 1.0) if constraint == "simplex" else band
-    mass = values.sum(dim=-1, keepdim=True)
-    uniform = torch.full_like(values, max(lower, min(1.0, upper)) / values.shape[-1])
-    target = mass.clamp(min=lower, max=upper)
-    scaled = values * (target / torch.where(mass > 0, mass, torch.ones_like(mass)))
-    return torch.where(mass > 0, scaled, uniform)
-
-
-def _static_active_set_with_band(
-    gram: torch.Tensor,
-    linear: torch.Tensor,
-    constraint: str,
-    band: tuple[float, float],
-    tol: float,
-    iterations: int,
-    support: torch.Tensor | None,
-    full_rank: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`_active_set_with_band` on static shapes: every face the band may need is solved for
-    every pair and the right one selected, with no host read."""
-    solve = lambda total, seed: static_active_set_fold_in(  # noqa: E731
-        gram, linear, total=total, tol=tol, iterations=iterations, full_rank=full_rank,
-        support=seed,
-    )[:2]  # fmt: skip
-    if constraint == "simplex":
-        return solve(1.0, support)
-    w, s = solve(None, support)
-    if constraint == "cone":
-        return w, s
-    lower, upper = band
-    mass = w.sum(dim=-1, keepdim=True)
-    for face_total, rows in ((upper, mass > upper), (lower, mass < lower)):
-        if face_total <= 0 or math.isinf(face_total):
-            continue
-        w_face, s_face = solve(face_total, s)
-        w, s = torch.where(rows, w_face, w), torch.where(rows, s_face, s)
-    return w, s
-
-
-def _active_set_with_band(
-    gram: torch.Tensor,
-    linear: torch.Tensor,
-    constraint: str,
-    band: tuple[float, float],
-    tol: float,
-    max_iter: int,
-    support: torch.Tensor | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The exact active-set fold-in for each constraint (float64 K-space arithmetic)."""
-    if constraint == "simplex":
-        w, support, _ = active_set_fold_in(
-            gram, linear, total=1.0, tol=tol, max_iter=max_iter, support=support
-        )
-        return w, support
-    w, support, _ = active_set_fold_in(
-        gram, linear, total=None, tol=tol, max_iter=max_iter, support=support
-    )
-    if constraint == "cone":
-        return w, support
-    # band: where the orthant's minimiser has too much (too little) mass, the band's minimiser
-    # sits on the face Σw = λ_u (λ_l)
-    lower, upper = band
-    mass = w.sum(dim=-1)
-    for face_total, rows in ((upper, mass > upper), (lower, mass < lower)):
-        if face_total <= 0 or math.isinf(face_total) or not bool(rows.any()):
-            continue
-        w_face, s_face, _ = active_set_fold_in(
-            gram, linear[rows], total=face_total, tol=tol, max_iter=max_iter, support=support[rows]
-        )
-        w[rows], support[rows] = w_face, s_face
-    return w, support
-
-
-@torch.no_grad()
-def _fold_in_k_space(
-    gram: torch.Tensor,
-    linear: torch.Tensor,
-    *,
-    constraint: str,
-    band: tuple[float, float],
-    solver: str,
-    max_iter: int,
-    tol: float,
-    check_every: int,
-    support: torch.Tensor | None,
-    solve_dtype: torch.dtype,
-    static_iterations: int | None = None,
-    full_rank: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The fold-in from ``G = UᵀU`` [K, K] and ``b = z U`` [N, K] alone (float64 inputs).
-
-    The per-pair arithmetic runs in ``solve_dtype`` (the features' dtype, at least float32);
-    the active set's face inverses in float64. Returns w [N, K] in float64 and its support.
-    ``static_iterations`` (the static path, see :class:`ConeLoss`): run exactly that many
-    active-set iterations, or ``max_iter`` iterative steps without a convergence check, and
-    read nothing on the host; ``full_rank`` then stands for the rank test of G.
-    """
-    static = static_iterations is not None
-    if solver != "active_set":
-        w = _iterative_fold_in(
-            gram.to(solve_dtype), linear.to(solve_dtype), constraint, band, solver,
-            max_iter, 0.0 if static else tol, check_every,
-        )  # fmt: skip
-        return w.to(gram.dtype), w > 0
-    if support is not None and tuple(support.shape) != tuple(linear.shape):
-        raise ValueError(
-            f"support must be [N, K] = {list(linear.shape)} to warm-start the fold-in, got "
-            f"shape {tuple(support.shape)}"
-        )
-    if static:
-        w, support = _static_active_set_with_band(
-            gram, linear.to(solve_dtype), constraint, band, tol, static_iterations, support,
-            full_rank,
-        )  # fmt: skip
-    else:
-        w, support = _active_set_with_band(
-            gram, linear.to(solve_dtype), constraint, band, tol, max_iter, support
-        )
-    return w.to(gram.dtype), support
-
-
-@torch.no_grad()
-def cone_fold_in(
-    z: torch.Tensor,
-    basis: torch.Tensor,
-    *,
-    constraint: str = "simplex",
-    band: tuple[float, float] = (1.0, 1.0),
-    solver: str = "active_set",
-    max_iter: int = 500,
-    tol: float = 1e-7,
-    check_every: int = 10,
-) -> torch.Tensor:
-    """The fold-in ``w* = argmin_{w ∈ C} ‖z - U w‖²`` of every row of ``z`` (no gradient).
-
-    All rows share ``G = UᵀU``: the objective is ``wᵀGw - 2 bᵀw`` with ``b = z U`` ([N, K]).
-
-    * ``solver="active_set"`` (default): exact, see
-    :mod:`differank.losses.algorithms.cone_active_set`. Float64
-      arithmetic in K-space whatever z's dtype; ``tol`` is the KKT tolerance relative to the
-      row's scale, ``max_iter`` a safety cap (rows typically need ``|support| + 1`` iterations).
-      Memory O(N·K); it never forms an [N, F] tensor besides ``z`` itself.
-    * ``solver="fista"``: accelerated projected gradient, step ``1/(2 λ_max(G))``,
-      start at the projection of ``1/K``, exact Euclidean projection onto C (sort-based for
-      the simplex, clamp for the cone). A row stops when its ``max_k |Δw_k| < tol`` (checked
-      every ``check_every`` iterations, a host synchronisation; converged rows leave the batch;
-      ``tol=0`` runs exactly ``max_iter`` iterations) or after ``max_iter`` iterations. From its
-      cold start it agrees with the exact solver to about 1e-6 relative after 100 iterations
-      and 1e-9 after 300 when ``UᵀU ≻ 0``.
-    * ``solver="sg"``: the paper's Algorithm 1 steps 1a–1c, a gradient step ``1/(2 λ_max(G))``,
-      clamp at 0, then rescale the mass into C (normalise to Σw = 1 for the simplex). This is a
-      heuristic, not a projection: its fixed point is near, not at, the minimiser.
-    * ``solver="eg"``: the paper's exponentiated-gradient update (Sec. 4.2)
-      ``w ← w·exp(-η ∇)`` with ``η = 1/(2 max_k G_kk)`` (the ℓ1-smoothness), then the same
-      rescaling. It converges, slowly.
-
-    Shape:
-        z: [N, F]; basis: [F, K] -> w: [N, K] (same dtype as z).
-
-    Example:
-        >>> basis = torch.eye(2, dtype=torch.float64)
-        >>> cone_fold_in(torch.tensor([[3.0, 1.0], [-1.0, 2.0]], dtype=torch.float64), basis)
-        tensor([[1., 0.],
-                [0., 1.]], dtype=torch.float64)
-    """
-    _check_options(constraint, "none", solver, band, max_iter=max_iter, tol=tol)
-    basis64 = basis.detach().to(torch.float64)
-    w, _ = _fold_in_k_space(
-        basis64.T @ basis64, z.detach().to(torch.float64) @ basis64, constraint=constraint,
-        band=band, solver=solver, max_iter=max_iter, tol=tol, check_every=check_every,
-        support=None, solve_dtype=torch.promote_types(z.dtype, torch.float32),
-    )  # fmt: skip
-    return w.to(z.dtype)
-
-
-def _iterative_fold_in(
-    gram: torch.Tensor,
-    linear: torch.Tensor,
-    constraint: str,
-    band: tuple[float, float],
-    solver: str,
-    max_iter: int,
-    tol: float,
-    check_every: int,
-) -> torch.Tensor:
-    """FISTA and the paper's SG/EG fold-in updates (see :func:`cone_fold_in`)."""
-    n_basis, tiny = gram.shape[0], torch.finfo(gram.dtype).tiny
-    lipschitz = 2.0 * torch.linalg.eigvalsh(gram)[-1].clamp(min=tiny)
-    step = 1.0 / lipschitz
-    w = _project(torch.full_like(linear, 1.0 / n_basis), constraint, band)
-    momentum, t = w, 1.0
-    eta = 1.0 / (2.0 * gram.diagonal().max().clamp(min=tiny))
-    result, active = w.clone(), None  # active: rows still iterating (None = all)
-    for iteration in range(1, max_iter + 1):
-        if solver == "fista":
-            gradient = 2.0 * (momentum @ gram - linear)
-            new = _project(momentum - step * gradient, constraint, band)
-            t_next = 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * t * t))
-            momentum = new + ((t - 1.0) / t_next) * (new - w)
-            t = t_next
-        elif solver == "sg":
-            gradient = 2.0 * (w @ gram - linear)
-            new = _rescale_mass((w - step * gradient).clamp(min=0), constraint, band)
-        else:  # eg
-            gradient = 2.0 * (w @ gram - linear)
-            exponent = (-eta * gradient).clamp(max=50.0)  # bounded: no overflow from exp
-            new = _rescale_mass(w * torch.exp(exponent), constraint, band)
-        change = (new - w).abs().amax(dim=-1)
-        w = new
-        if tol > 0 and iteration % check_every == 0:
-            # rows that met the tolerance are final; the rest keep iterating on a smaller batch
-            going = change >= tol
-            if active is None:
-                result = torch.where(going.unsqueeze(-1), result, w)
-                active = torch.arange(len(w), device=w.device)
-            else:
-                result[active[~going]] = w[~going]
-            if not bool(going.any()):
-                return result
-            active, w, momentum, linear = active[going], w[going], momentum[going], linear[going]
-    if active is None:
-        return w
-    result[active] = w
-    return result
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.weighting not in WEIGHTINGS:
+            raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {self.weighting!r}")
+        if self.alpha < 0:
+            raise ValueError(f"alpha must be >= 0, got {self.alpha}")
+        if self.rho is not None and self.rho <= 0:
+            raise ValueError(f"rho must be > 0, got {self.rho}")
+        pairs = self.max_pairs_per_query
+        if pairs is not None and pairs < 1:
+            raise ValueError(f"max_pairs_per_query must be >= 1 or None, got {pairs}")
+        iterations = self.static_iterations
+        if iterations is not None and (
+            isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1
+        ):
+            raise ValueError(f"static_iterations must be None or an int >= 1, got {iterations!r}")
 
 
 def normalise_differences(z: torch.Tensor, alpha: float, rho: float) -> torch.Tensor:
@@ -383,24 +114,17 @@ def normalise_differences(z: torch.Tensor, alpha: float, rho: float) -> torch.Te
     return rho * z / (alpha + norm)
 
 
+@list_loss(features=True)
+@keyword_options(ConeOptions)
 def cone_loss(
     features: torch.Tensor,
     labels: torch.Tensor,
-    mask: torch.Tensor,
+    mask: torch.Tensor | None,
     basis: torch.Tensor,
     *,
-    alpha: float = 1.0,
-    rho: float | None = None,
-    constraint: str = "simplex",
-    weighting: str = "label_diff",
-    band: tuple[float, float] = (1.0, 1.0),
-    solver: str = "active_set",
-    max_iter: int = 500,
-    tol: float = 1e-7,
-    max_pairs_per_query: int | None = None,
-    static_iterations: int | None = None,
     generator: torch.Generator | None = None,
     reduction: str = "mean",
+    **options,
 ) -> torch.Tensor:
     """ConeRank's empirical risk (Tran & Pham, eqs. 3–7 and 18).
 
@@ -410,17 +134,19 @@ def cone_loss(
     ``L_q = (1/n_q) Σ φ d²`` with ``φ = r_l - r_m`` (eq. 7; ``weighting="none"``: φ = 1);
     ``reduction`` then combines the valid queries (``"mean"`` is eq. 4).
 
+    ``options`` are the fields of :class:`ConeOptions` (defaults: ``conf/loss/cone.yaml``).
     ``constraint``: ``"simplex"`` (eq. 18, ``w >= 0, Σw = 1``: distance to the convex hull of
     the columns of U), ``"cone"`` (eq. 1, ``w >= 0``: distance to the cone, NNLS) or ``"band"``
     (eqs. 8–9, ``w >= 0, band[0] <= Σw <= band[1]``). ``solver``, ``max_iter``, ``tol``: see
     :func:`cone_fold_in`. ``rho`` defaults to ``sqrt(F)``.
 
     Pairs: each pair enters as ``b = z̃U`` (K numbers) and ``‖z‖``, computed in float64 (exact
-    for near-duplicate documents). By default every pair is used; they are gathered into a
-    flat list whose length depends on the labels (one host synchronisation on a GPU), memory
-    ``O(#pairs·K)``. ``max_pairs_per_query=P`` instead draws P pairs per query
-    uniformly with replacement (:func:`differank.losses.algorithms.pairs.sample_pairs`, unbiased for
-    the per-query mean): static shapes ``[B, P]``, memory ``O(B·P·F)``.
+    for near-duplicate documents). By default (``max_pairs_per_query=64``) P = 64 pairs are drawn
+    per query uniformly with replacement from ``generator`` (None: the global RNG;
+    :func:`differank.losses.algorithms.pairs.sample_pairs`, unbiased for the per-query mean):
+    static shapes ``[B, P]``, memory ``O(B·P·F)``. ``max_pairs_per_query=None`` uses every pair,
+    gathered into a flat list whose length depends on the labels (one host synchronisation on
+    a GPU), memory ``O(#pairs·K)``.
 
     The static path: compiled (``torch.compile``) or on an accelerator the loss reads no tensor
     value on the host (:func:`differank.losses.inputs.may_read_values`). Every pair list has a
@@ -438,14 +164,14 @@ def cone_loss(
         >>> labels = torch.tensor([[1.0, 0.0, 0.0]])
         >>> mask = torch.ones(1, 3, dtype=torch.bool)
         >>> basis = torch.eye(2)
-        >>> round(float(cone_loss(features, labels, mask, basis, constraint="cone")), 4)
+        >>> every_pair = cone_loss(
+        ...     features, labels, mask, basis, constraint="cone", max_pairs_per_query=None)
+        >>> round(float(every_pair), 4)
         0.382
     """
     loss, _ = _cone_loss_and_support(
-        features, labels, mask, basis, alpha=alpha, rho=rho, constraint=constraint,
-        weighting=weighting, band=band, solver=solver, max_iter=max_iter, tol=tol,
-        max_pairs_per_query=max_pairs_per_query, static_iterations=static_iterations,
-        generator=generator, reduction=reduction,
+        features, labels, mask, basis, ConeOptions(**options), generator=generator,
+        reduction=reduction,
     )  # fmt: skip
     return loss
 
@@ -486,19 +212,10 @@ def _cone_loss_and_support(
     labels: torch.Tensor,
     mask: torch.Tensor,
     basis: torch.Tensor,
+    options: ConeOptions,
     *,
-    alpha: float,
-    rho: float | None,
-    constraint: str,
-    weighting: str,
-    band: tuple[float, float],
-    solver: str,
-    max_iter: int,
-    tol: float,
-    max_pairs_per_query: int | None,
     generator: torch.Generator | None,
     reduction: str,
-    static_iterations: int | None = None,
     warm_support: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`cone_loss` and the supports of its pairs' fold-ins (a warm start's seed)."""
@@ -508,14 +225,9 @@ def _cone_loss_and_support(
             f"basis must be [F, K] with F = {features.shape[-1]} (the features' last dimension), "
             f"got shape {tuple(basis.shape)}"
         )
-    _check_options(
-        constraint, weighting, solver, band, alpha=alpha, rho=rho,
-        max_pairs_per_query=max_pairs_per_query, static_iterations=static_iterations,
-    )  # fmt: skip
     check_reduction(reduction)
     n_features = features.shape[-1]
     _warn_wide_basis(n_features, basis.shape[1])
-    rho = math.sqrt(n_features) if rho is None else rho
     # the input rule of differank.losses.inputs: empty lists, any label dtype, non-finite labels
     # drop their query, half precision computed in float32 (autocast off: the fold-in needs it)
     features, labels, mask = nonempty_lists(features, labels, mask)
@@ -531,10 +243,8 @@ def _cone_loss_and_support(
         labels = float_labels(labels, dtype)
         mask = finite_label_mask(labels, mask)
         return _cone_terms(
-            features, labels, mask, basis, alpha=alpha, rho=rho, constraint=constraint,
-            weighting=weighting, band=band, solver=solver, max_iter=max_iter, tol=tol,
-            max_pairs_per_query=max_pairs_per_query, generator=generator, reduction=reduction,
-            static_iterations=static_iterations, warm_support=warm_support,
+            features, labels, mask, basis, options, generator=generator, reduction=reduction,
+            warm_support=warm_support,
         )  # fmt: skip
 
 
@@ -555,19 +265,10 @@ def _cone_terms(
     labels: torch.Tensor,
     mask: torch.Tensor,
     basis: torch.Tensor,
+    options: ConeOptions,
     *,
-    alpha: float,
-    rho: float,
-    constraint: str,
-    weighting: str,
-    band: tuple[float, float],
-    solver: str,
-    max_iter: int,
-    tol: float,
-    max_pairs_per_query: int | None,
     generator: torch.Generator | None,
     reduction: str,
-    static_iterations: int | None,
     warm_support: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The loss on checked inputs in their compute dtype (see :func:`cone_loss`)."""
@@ -577,6 +278,7 @@ def _cone_terms(
     x = finite_scores(features, mask)
     static = not may_read_values(features)
     batch, length = features.shape[:2]
+    max_pairs_per_query = options.max_pairs_per_query
     if max_pairs_per_query is None and static:
         # every ordered pair of slots, invalid ones weighted 0: B·L² pairs, a static shape
         pref = preference_mask(labels, mask)  # [B, L, L]
@@ -606,22 +308,23 @@ def _cone_terms(
     flat_high, flat_low = query * length + high, query * length + low  # rows of [B·L, ·]
     squared, projected = _pair_geometry(x, basis, flat_high, flat_low)
     norm = torch.where(squared > 0, torch.where(squared > 0, squared, 1.0).sqrt(), 0.0)
-    scale = rho / (alpha + norm)
+    rho = math.sqrt(features.shape[-1]) if options.rho is None else options.rho
+    scale = rho / (options.alpha + norm)
     linear = scale.unsqueeze(-1) * projected  # b = z̃U [P, K]
     gram = basis64.T @ basis64
     if warm_support is not None and warm_support.shape[0] != linear.shape[0]:
         warm_support = None  # another pair list: a cold start
-    w, support = _fold_in_k_space(
-        gram.detach(), linear.detach(), constraint=constraint, band=band, solver=solver,
-        max_iter=max_iter, tol=tol, check_every=10, support=warm_support,
+    static_iterations = options.static_iterations or _static_iterations(basis)
+    w, support = fold_in_k_space(
+        gram.detach(), linear.detach(), options, support=warm_support,
         solve_dtype=torch.promote_types(features.dtype, torch.float32),
-        static_iterations=(static_iterations or _static_iterations(basis)) if static else None,
+        static_iterations=static_iterations if static else None,
         full_rank=basis.shape[1] <= basis.shape[0],
     )  # fmt: skip
     # w* fixed: the gradient is the Danskin gradient 2(z̃ − Uw*) through z̃ and U
     distance = scale.pow(2) * squared - 2.0 * (linear * w).sum(-1) + ((w @ gram) * w).sum(-1)
     distance = distance.clamp(min=0.0).to(features.dtype)
-    weight = gain if weighting == "label_diff" else torch.ones_like(gain)
+    weight = gain if options.weighting == "label_diff" else torch.ones_like(gain)
     term = weight * distance
     if pair_valid is not None:
         term = torch.where(pair_valid, term, torch.zeros_like(term))
@@ -645,7 +348,7 @@ class ConeLoss(nn.Module):
     (full-batch training, a fixed batch).
 
     Example:
-        >>> loss = ConeLoss(constraint="cone")
+        >>> loss = ConeLoss(constraint="cone")  # 64 sampled pairs per query (conf/loss/cone.yaml)
         >>> features = torch.randn(2, 4, 3)
         >>> labels = torch.tensor([[2.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 1.0]])
         >>> mask = torch.ones(2, 4, dtype=torch.bool)
@@ -653,48 +356,39 @@ class ConeLoss(nn.Module):
         torch.Size([])
     """
 
-    def __init__(
-        self,
-        *,
-        alpha: float = 1.0,
-        rho: float | None = None,
-        constraint: str = "simplex",
-        weighting: str = "label_diff",
-        band: tuple[float, float] | list[float] = (1.0, 1.0),
-        solver: str = "active_set",
-        max_iter: int = 500,
-        tol: float = 1e-7,
-        max_pairs_per_query: int | None = None,
-        static_iterations: int | None = None,
-        warm_start: bool = False,
-        reduction: str = "mean",
-    ) -> None:
+    @keyword_options(ConeOptions)
+    def __init__(self, *, warm_start: bool = False, reduction: str = "mean", **options) -> None:
         super().__init__()
-        band = (float(band[0]), float(band[1]))
-        _check_options(
-            constraint, weighting, solver, band, alpha=alpha, rho=rho, max_iter=max_iter,
-            tol=tol, max_pairs_per_query=max_pairs_per_query, static_iterations=static_iterations,
-        )  # fmt: skip
-        check_reduction(reduction)
-        self.static_iterations = static_iterations
-        self.alpha, self.rho, self.constraint, self.weighting = alpha, rho, constraint, weighting
-        self.band, self.solver, self.max_iter, self.tol = band, solver, max_iter, tol
-        self.max_pairs_per_query, self.reduction = max_pairs_per_query, reduction
+        self.options = ConeOptions(**options)
+        self.reduction = check_reduction(reduction)
         self.warm_start = warm_start
         self._support: torch.Tensor | None = None  # the last call's supports (warm start)
 
-    def forward(self, features, labels, mask, basis):  # noqa: D102 (see cone_loss)
+    def extra_repr(self) -> str:
+        return f"{self.options}, warm_start={self.warm_start}, reduction={self.reduction!r}"
+
+    def forward(
+        self,
+        features: torch.Tensor,
+        labels: torch.Tensor,
+        mask: torch.Tensor | None,
+        basis: torch.Tensor,
+    ) -> torch.Tensor:
+        """:func:`cone_loss` with this module's options (and warm start).
+
+        Shape:
+            features: [B, L, F] (one query: [L, F]); labels, mask: [B, L] (one query: [L];
+            ``mask=None``: every document is real; it is positional, the basis follows it);
+            basis: [F, K] -> [B] for ``reduction="none"`` ([] for one query), else a scalar.
+        """
+        features, labels, mask, unbatched = single_query(features, labels, mask, features=True)
         seed = self._support
         if seed is not None and (seed.device != basis.device or seed.shape[1] != basis.shape[1]):
             seed = None
         loss, support = _cone_loss_and_support(
-            features, labels, mask, basis, alpha=self.alpha, rho=self.rho,
-            constraint=self.constraint, weighting=self.weighting, band=self.band,
-            solver=self.solver, max_iter=self.max_iter, tol=self.tol,
-            max_pairs_per_query=self.max_pairs_per_query, generator=None,
-            reduction=self.reduction, static_iterations=self.static_iterations,
-            warm_support=seed,
+            features, labels, mask, basis, self.options, generator=None,
+            reduction=self.reduction, warm_support=seed,
         )  # fmt: skip
-        if self.warm_start and self.solver == "active_set":
+        if self.warm_start and self.options.solver == "active_set":
             self._support = support
-        return loss
+        return batch_result(loss, unbatched)

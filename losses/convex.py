@@ -5,6 +5,7 @@ docs/objectives/convex.md)."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +23,15 @@ from differank.losses.algorithms.permutation_sampler import (
     query_tables,
     run_sampler,
 )
-from differank.losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
+from differank.losses.inputs import (
+    batch_result,
+    finite_scores,
+    list_inputs,
+    list_loss,
+    nan_for_nonfinite_scores,
+    single_query,
+)
+from differank.losses.options import keyword_options
 from differank.losses.reduction import check_reduction, reduce_queries
 
 SPACES = ("permutations", "pairs")
@@ -30,69 +39,78 @@ OBJECTIVES = ("convex", "mle", "expgain")
 REFRESHES = ("step", "epoch")
 
 
-def check_convex_options(
-    *,
-    delta: str,
-    num_samples: int,
-    restart_skew: float,
-    walk_length: int,
-    space: str,
-    objective: str,
-    accept: str,
-    ndcg_k: int | None,
-    num_chains: int | None,
-    num_levels: int = NUM_LEVELS,
-) -> None:
-    """Raise a ValueError naming the first bad hyperparameter of :func:`convex_loss`."""
-    for name, value, allowed in (
-        ("delta", delta, DELTAS),
-        ("space", space, SPACES),
-        ("objective", objective, OBJECTIVES),
-        ("accept", accept, ACCEPTS),
-    ):
-        if value not in allowed:
-            raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
-    for name, value in (
-        ("num_samples", num_samples),
-        ("walk_length", walk_length),
-        ("num_levels", num_levels),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    if num_chains is not None and (not isinstance(num_chains, int) or num_chains < 1):
-        raise ValueError(f"num_chains must be None or an int >= 1, got {num_chains!r}")
-    if ndcg_k is not None and (not isinstance(ndcg_k, int) or ndcg_k < 1):
-        raise ValueError(f"ndcg_k must be None (full list) or an int >= 1, got {ndcg_k!r}")
-    if not isinstance(restart_skew, (int, float)) or restart_skew != restart_skew:
-        raise ValueError(f"restart_skew must be a finite number, got {restart_skew!r}")
-    if space == "pairs" and (delta != "auc" or objective == "expgain"):
-        raise ValueError(
-            'space="pairs" (the closed form of docs/objectives/convex.md#the-pairs-closed-form) '
-            'needs delta="auc" and objective '
-            f'"convex" or "mle", got delta={delta!r}, objective={objective!r}'
-        )
+@dataclass(frozen=True)
+class ConvexOptions:
+    """ConvexLoss's hyperparameters (see :func:`convex_loss`), validated on construction. The
+    defaults are ``conf/loss/convex.yaml``'s.
+
+    Example:
+        >>> ConvexOptions(delta="ndcg", ndcg_k=10).num_samples
+        1000
+    """
+
+    delta: str = "auc"
+    num_samples: int = 1000
+    restart_skew: float = -20.0
+    walk_length: int = 10
+    space: str = "permutations"
+    objective: str = "convex"
+    accept: str = "metropolis"
+    ndcg_k: int | None = None
+    num_chains: int | None = None
+    num_levels: int = NUM_LEVELS
+
+    def __post_init__(self) -> None:
+        for name, allowed in (
+            ("delta", DELTAS),
+            ("space", SPACES),
+            ("objective", OBJECTIVES),
+            ("accept", ACCEPTS),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        for name in ("num_samples", "walk_length", "num_levels"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        chains, k = self.num_chains, self.ndcg_k
+        if chains is not None and (not isinstance(chains, int) or chains < 1):
+            raise ValueError(f"num_chains must be None or an int >= 1, got {chains!r}")
+        if k is not None and (not isinstance(k, int) or k < 1):
+            raise ValueError(f"ndcg_k must be None (full list) or an int >= 1, got {k!r}")
+        skew = self.restart_skew
+        if not isinstance(skew, (int, float)) or skew != skew:
+            raise ValueError(f"restart_skew must be a finite number, got {skew!r}")
+        object.__setattr__(self, "restart_skew", float(skew))  # frozen: the one normalisation
+        if self.space == "pairs" and (self.delta != "auc" or self.objective == "expgain"):
+            raise ValueError(
+                'space="pairs" (the closed form of '
+                'docs/objectives/convex.md#the-pairs-closed-form) needs delta="auc" and objective '
+                f'"convex" or "mle", got delta={self.delta!r}, objective={self.objective!r}'
+            )
+
+    @property
+    def sampler_target(self) -> str:
+        """The distribution the sampler walks: the convex energy, or the model's (MLE, ExpGain)."""
+        return "convex" if self.objective == "convex" else "model"
 
 
+@list_loss()
+@keyword_options(ConvexOptions)
 def convex_loss(
     scores: torch.Tensor,
     labels: torch.Tensor,
-    mask: torch.Tensor,
+    mask: torch.Tensor | None = None,
     *,
-    delta: str = "ndcg",
-    num_samples: int = 1000,
-    restart_skew: float = -20.0,
-    walk_length: int = 10,
     samples: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
     reduction: str = "mean",
-    space: str = "permutations",
-    objective: str = "convex",
-    accept: str = "metropolis",
-    ndcg_k: int | None = None,
-    num_chains: int | None = None,
-    num_levels: int = NUM_LEVELS,
+    **options,
 ) -> torch.Tensor:
     """ConvexLoss (slides eq. 5): ``L_q = log Σ_y exp(Δ_q(y) - w·δφ_q(y))``, y a permutation.
+
+    ``options`` are the fields of :class:`ConvexOptions` (defaults: ``conf/loss/convex.yaml``,
+    e.g. ``delta="auc"``).
 
     With the φ_po feature map the exponent is ``E(y) = Δ(y) + c(y)·s``
     (docs/objectives/convex.md#the-loss): Δ ∈ {auc,
@@ -141,19 +159,24 @@ def convex_loss(
         >>> bool(0 <= sampled <= exact), round(float(exact.detach()), 4)
         (True, 1.3777)
     """
+    return _convex_loss(
+        scores, labels, mask, ConvexOptions(**options), samples=samples, generator=generator,
+        reduction=reduction,
+    )  # fmt: skip
+
+
+def _convex_loss(
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    options: ConvexOptions,
+    *,
+    samples: torch.Tensor | None,
+    generator: torch.Generator | None,
+    reduction: str,
+) -> torch.Tensor:
+    """:func:`convex_loss` with its options as one object."""
     check_reduction(reduction)
-    check_convex_options(
-        delta=delta,
-        num_samples=num_samples,
-        restart_skew=restart_skew,
-        walk_length=walk_length,
-        space=space,
-        objective=objective,
-        accept=accept,
-        ndcg_k=ndcg_k,
-        num_chains=num_chains,
-        num_levels=num_levels,
-    )
     # the input rule of differank.losses.inputs: empty lists, any label dtype, non-finite labels
     # drop their query, half precision in float32, non-finite scores give their query NaN
     raw, labels, mask = list_inputs(scores, labels, mask)
@@ -161,27 +184,14 @@ def convex_loss(
     safe = finite_scores(raw, mask)
     if raw.shape[0] == 0:  # no query: a connected zero (the sampler has nothing to walk)
         return reduce_queries(safe.sum(dim=-1) * 0.0, valid, reduction)
-    if space == "pairs":
-        per_query = _pair_space(safe, labels, mask, objective)
+    if options.space == "pairs":
+        per_query = _pair_space(safe, labels, mask, options.objective)
         return reduce_queries(
             nan_for_nonfinite_scores(per_query, raw, mask, valid), valid, reduction
         )
-    tables = query_tables(
-        labels, mask, delta=delta, ndcg_k=ndcg_k, dtype=raw.dtype, num_levels=num_levels
-    )
+    tables = _tables(labels, mask, options, raw.dtype)
     if samples is None:
-        sampled = run_sampler(
-            safe.detach(),
-            tables,
-            num_samples=num_samples,
-            restart_skew=restart_skew,
-            walk_length=walk_length,
-            num_chains=num_chains,
-            accept=accept,
-            target="convex" if objective == "convex" else "model",
-            generator=generator,
-            keep_orders=False,
-        )
+        sampled = _sample(safe.detach(), tables, options, generator, keep_orders=False)
     elif samples.dim() != 3 or samples.shape[::2] != scores.shape or samples.dtype != torch.long:
         raise ValueError(
             f"samples must be int64 [B, S, L] orders matching scores {list(scores.shape)}, "
@@ -190,10 +200,34 @@ def convex_loss(
     else:
         sampled = sample_constants(samples.to(scores.device), tables)
     ideal_hash = order_hashes(tables.ideal.unsqueeze(1), tables)  # [B, 1]
-    per_query = set_log_sum_exp(safe, sampled, ideal_hash, objective)
+    per_query = set_log_sum_exp(safe, sampled, ideal_hash, options.objective)
     # static path: a query over num_levels had its levels cut, its value is meaningless
     per_query = torch.where(tables.overflow, torch.full_like(per_query, math.nan), per_query)
     return reduce_queries(nan_for_nonfinite_scores(per_query, raw, mask, valid), valid, reduction)
+
+
+def _tables(
+    labels: torch.Tensor, mask: torch.Tensor, options: ConvexOptions, dtype: torch.dtype
+) -> QueryTables:
+    return query_tables(
+        labels, mask, delta=options.delta, ndcg_k=options.ndcg_k, dtype=dtype,
+        num_levels=options.num_levels,
+    )  # fmt: skip
+
+
+def _sample(
+    scores: torch.Tensor,
+    tables: QueryTables,
+    options: ConvexOptions,
+    generator: torch.Generator | None,
+    keep_orders: bool,
+) -> SampleSet:
+    """The sampler run with the options' settings on detached, finite scores."""
+    return run_sampler(
+        scores, tables, num_samples=options.num_samples, restart_skew=options.restart_skew,
+        walk_length=options.walk_length, num_chains=options.num_chains, accept=options.accept,
+        target=options.sampler_target, generator=generator, keep_orders=keep_orders,
+    )  # fmt: skip
 
 
 @torch.no_grad()
@@ -270,41 +304,20 @@ class ConvexLoss(nn.Module):
     and label rows, on the host); ``num_levels`` is as in :func:`convex_loss`.
     """
 
+    @keyword_options(ConvexOptions)
     def __init__(
         self,
         *,
-        delta: str = "ndcg",
-        num_samples: int = 1000,
-        restart_skew: float = -20.0,
-        walk_length: int = 10,
         reduction: str = "mean",
-        space: str = "permutations",
-        objective: str = "convex",
-        accept: str = "metropolis",
-        ndcg_k: int | None = None,
-        num_chains: int | None = None,
-        num_levels: int = NUM_LEVELS,
         refresh: str = "step",
         seed: int | None = None,
+        **options,
     ) -> None:
         super().__init__()
-        check_reduction(reduction)
-        options = dict(
-            delta=delta,
-            num_samples=num_samples,
-            restart_skew=restart_skew,
-            walk_length=walk_length,
-            space=space,
-            objective=objective,
-            accept=accept,
-            ndcg_k=ndcg_k,
-            num_chains=num_chains,
-            num_levels=num_levels,
-        )
-        check_convex_options(**options)
+        self.options = ConvexOptions(**options)
+        self.reduction = check_reduction(reduction)
         if refresh not in REFRESHES:
             raise ValueError(f"refresh must be one of {REFRESHES}, got {refresh!r}")
-        self.options = {**options, "restart_skew": float(restart_skew), "reduction": reduction}
         self.refresh = refresh
         self.seed = seed
         self.generator: torch.Generator | None = None
@@ -312,7 +325,7 @@ class ConvexLoss(nn.Module):
         self.cache: dict = {}  # key -> (epoch drawn, mask row, orders of the real docs [S, n])
 
     def extra_repr(self) -> str:
-        return ", ".join(f"{k}={v!r}" for k, v in {**self.options, "refresh": self.refresh}.items())
+        return f"{self.options}, reduction={self.reduction!r}, refresh={self.refresh!r}"
 
     def next_epoch(self) -> None:
         """Mark an epoch boundary: ``refresh="epoch"`` redraws every query's samples."""
@@ -327,26 +340,31 @@ class ConvexLoss(nn.Module):
         self,
         scores: torch.Tensor,
         labels: torch.Tensor,
-        mask: torch.Tensor,
+        mask: torch.Tensor | None = None,
         qid: torch.Tensor | None = None,
         samples: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """:func:`convex_loss` with this module's options, sample refresh and seed.
+
+        Shape:
+            scores [B, L] (one query: [L]); labels, mask like scores (``mask=None``: every
+            document is real); qid: [B]; samples: int64 [B, S, L] -> [B] for
+            ``reduction="none"`` ([] for one query), else a scalar.
+        """
+        scores, labels, mask, unbatched = single_query(scores, labels, mask, features=False)
         compiling = torch.compiler.is_compiling()
         if (
             samples is None
             and self.refresh == "epoch"
-            and self.options["space"] != "pairs"
+            and self.options.space != "pairs"
             and not compiling  # the cache is Python state keyed by host-read qids
         ):
             samples = self._samples(scores, labels, mask, qid)
-        return convex_loss(
-            scores,
-            labels,
-            mask,
-            samples=samples,
-            generator=self._generator(scores.device),
-            **self.options,
-        )
+        loss = _convex_loss(
+            scores, labels, mask, self.options, samples=samples,
+            generator=self._generator(scores.device), reduction=self.reduction,
+        )  # fmt: skip
+        return batch_result(loss, unbatched)
 
     def _generator(self, device: torch.device) -> torch.Generator | None:
         # compiled: the global RNG (a Generator object breaks a fullgraph trace)
@@ -357,21 +375,10 @@ class ConvexLoss(nn.Module):
         return self.generator
 
     def _draw(self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        skip = ("reduction", "space", "ndcg_k", "objective", "delta", "num_levels")
-        options = {k: v for k, v in self.options.items() if k not in skip}
-        tables = query_tables(
-            labels,
-            mask,
-            delta=self.options["delta"],
-            ndcg_k=self.options["ndcg_k"],
-            dtype=scores.dtype,
-            num_levels=self.options["num_levels"],
-        )
+        tables = _tables(labels, mask, self.options, scores.dtype)
         safe = torch.where(mask, scores, torch.zeros_like(scores)).detach()
-        target = "convex" if self.options["objective"] == "convex" else "model"
-        return run_sampler(
-            safe, tables, target=target, generator=self._generator(scores.device), **options
-        ).orders
+        generator = self._generator(scores.device)
+        return _sample(safe, tables, self.options, generator, keep_orders=True).orders
 
     def _samples(
         self,

@@ -26,6 +26,7 @@ from differank.losses.inputs import (
     check_list_inputs,
     finite_scores,
     list_inputs,
+    list_loss,
     may_read_values,
     nan_for_nonfinite_scores,
 )
@@ -100,10 +101,11 @@ def _level_logsumexp(
     return peak + total.log(), present
 
 
+@list_loss()
 def domination_loss(
     scores: torch.Tensor,
     labels: torch.Tensor,
-    mask: torch.Tensor,
+    mask: torch.Tensor | None = None,
     *,
     margins: torch.Tensor | None = None,
     layer_margins: torch.Tensor | None = None,
@@ -268,9 +270,17 @@ class DominationLoss(nn.Module):
         self,
         scores: torch.Tensor,
         labels: torch.Tensor,
-        mask: torch.Tensor,
+        mask: torch.Tensor | None = None,
         margins: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """:func:`domination_loss` with this module's options and an optional per-batch
+        ``margins`` ([B, L] separable or [B, L, L] pairwise).
+
+        Shape:
+            scores [B, L] (one query: [L]); labels, mask like scores (``mask=None``: every
+            document is real) -> [B] for ``reduction="none"`` ([] for one query; [1] with
+            ``pool=True``), else a scalar.
+        """
         return domination_loss(
             scores,
             labels,

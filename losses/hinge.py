@@ -10,17 +10,22 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from differank.losses.algorithms.dcg import dcg_discounts
 from differank.losses.algorithms.ndcg_assignment import (
     assignment_positions,
     gains_and_ideal_dcg,
     label_level_dp,
-    position_discounts,
     position_weights,
     query_levels,
     ystar_positions,
 )
 from differank.losses.algorithms.pairs import NUM_LEVELS, valid_queries
-from differank.losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
+from differank.losses.inputs import (
+    finite_scores,
+    list_inputs,
+    list_loss,
+    nan_for_nonfinite_scores,
+)
 from differank.losses.reduction import check_reduction, reduce_queries
 
 YSTARS = ("compatible", "index")
@@ -73,7 +78,7 @@ def hinge_inference(
     zero = torch.zeros((), dtype=dtype, device=scores.device)
     weight_hat = torch.where(mask, position_weights(worst, k).to(dtype), zero)
     weight_star = torch.where(mask, position_weights(best, k).to(dtype), zero)
-    discount = torch.where(mask, position_discounts(worst, k, dtype), zero)
+    discount = torch.where(mask, dcg_discounts(worst, k, dtype), zero)
     safe_ideal = torch.where(valid, ideal, torch.ones_like(ideal))
     # Δ ≥ 0 exactly; clamping removes the 1e-16 rounding of 1 − NDCG at ŷ = y*
     delta = (1.0 - (gains * discount).sum(dim=-1) / safe_ideal).clamp(min=0.0)
@@ -81,10 +86,11 @@ def hinge_inference(
     return weight_hat, weight_star, delta, valid
 
 
+@list_loss()
 def structured_hinge_loss(
     scores: torch.Tensor,
     labels: torch.Tensor,
-    mask: torch.Tensor,
+    mask: torch.Tensor | None = None,
     *,
     k: int = 10,
     ystar: str = "compatible",
@@ -167,8 +173,14 @@ class StructuredHingeLoss(nn.Module):
         self.reduction = check_reduction(reduction)
 
     def forward(
-        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
+        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None = None
     ) -> torch.Tensor:
+        """:func:`structured_hinge_loss` with this module's options.
+
+        Shape:
+            scores [B, L] (one query: [L]); labels, mask like scores (``mask=None``: every
+            document is real) -> [B] for ``reduction="none"`` ([] for one query), else a scalar.
+        """
         return structured_hinge_loss(
             scores,
             labels,

@@ -2,11 +2,21 @@
 
 Every loss accepts whatever ``(scores, labels, mask)`` its shapes allow and treats it the same:
 
-* **Shapes.** ``B = 0`` or ``L = 0`` is a batch without a preference pair: the loss is 0, with a
-  zero gradient that is still connected to the graph (:func:`nonempty_lists`).
+* **Shapes.** ``scores [B, L]`` (ConeRank: ``features [B, L, F]``), ``labels`` and ``mask``
+  ``[B, L]``. One query may be given unbatched, ``[L]`` (``[L, F]``): it is the batch ``B = 1``
+  and ``reduction="none"`` returns its loss as a 0-dim tensor, as torch's losses do for
+  unbatched input (:func:`list_loss`; extra tensors such as margins or samples keep their
+  batched shapes). ``B = 0`` or ``L = 0`` is a batch without a preference pair: the loss is 0,
+  with a zero gradient that is still connected to the graph (:func:`nonempty_lists`).
+* **Mask.** ``mask=None`` means every document is real. A mask may be bool or hold 0/1 in an
+  integer or floating dtype (:func:`bool_mask`); other values are a ValueError on the CPU eager
+  path, and count as real documents (non-zero) where values are not read.
 * **Labels** may be any real, integer or bool dtype (:func:`float_labels`). A query with a
   non-finite label (NaN, ±inf) at a real document is dropped: it has no preference pair, so its
-  loss is 0 with a zero gradient (:func:`finite_label_mask`). Padded labels are never read.
+  loss is 0 with a zero gradient (:func:`finite_label_mask`). Labels are grades ``>= 0``: a
+  negative label at a real document (allRank pads with -1) is a ValueError on the CPU eager path
+  that suggests ``mask=labels >= 0``; compiled or on an accelerator, where no value is read, it
+  drops its query like a non-finite label. Padded labels are never read.
 * **Scores** (features for ConeRank) that are non-finite at a real document of a query with a
   preference pair make that query's loss NaN, and its gradient NaN at its real documents:
   NaN in, NaN out, never an exception and never a host synchronisation
@@ -25,23 +35,28 @@ Every loss accepts whatever ``(scores, labels, mask)`` its shapes allow and trea
 
 from __future__ import annotations
 
+import functools
+import math
+from collections.abc import Callable
+
 import torch
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 
-# The other layout in place of the expected one is the common mistake of pairing a model with
-# the wrong kind of loss: the message names the pairing to use.
+# The other layout in place of the expected one is the common mistake of pairing a scorer with
+# the wrong kind of loss: the message says what the loss expects.
 _WRONG_LAYOUT = {
     "scores": (
-        "this loss ranks scalar scores [B, L] but got a tensor of shape {shape} (features "
-        "[B, L, F]?): use a scalar model such as model=linear or model=mlp, or the feature-space "
-        "loss loss=cone with model=conerank"
+        "scores must be [B, L] (one score per document; one query: [L]), got shape {shape}: a "
+        "[B, L, F] tensor holds feature vectors. Score them first (a trailing F = 1: "
+        "scores[..., 0]), or rank features with the feature-space cone_loss"
     ),
     "features": (
-        "cone_loss ranks feature vectors [B, L, F] but got shape {shape} (scalar scores [B, L]?): "
-        "pass the features, i.e. use model=conerank with loss=cone"
+        "cone_loss ranks feature vectors: features must be [B, L, F] (one query: [L, F]), got "
+        "shape {shape}; scalar scores [B, L] belong to the scalar losses (ranknet_loss, ...)"
     ),
 }
+MASK_DTYPE_RULE = "bool, or 0/1 in an integer or floating dtype (True/1 = real document)"
 
 
 def check_list_inputs(
@@ -52,12 +67,12 @@ def check_list_inputs(
     features: bool = False,
     suggest_model: bool = True,
 ) -> None:
-    """Validate ``(scores [B, L], labels [B, L], mask [B, L] bool)``, or with ``features=True``
-    ConeRank's ``(features [B, L, F], labels, mask)``: the shapes, floating values, a bool mask
-    and real, integer or bool labels.
+    """Validate batched ``(scores [B, L], labels [B, L], mask [B, L])``, or with
+    ``features=True`` ConeRank's ``(features [B, L, F], labels, mask)``: the shapes, floating
+    values, the mask's dtype (:data:`MASK_DTYPE_RULE`) and real, integer or bool labels.
 
-    With ``suggest_model`` (losses) a value tensor of the other layout gets a message naming the
-    model and loss to pair; the metrics, which have no model to suggest, turn it off.
+    With ``suggest_model`` (losses) a value tensor of the other layout gets a message saying
+    which tensor the loss expects; the metrics turn it off. Only shapes and dtypes are read.
     """
     name, layout, dims = ("features", "[B, L, F]", 3) if features else ("scores", "[B, L]", 2)
     shape = tuple(values.shape)
@@ -72,10 +87,72 @@ def check_list_inputs(
         raise ValueError(f"labels must match {name} {batch}, got shape {tuple(labels.shape)}")
     if tuple(mask.shape) != shape[:2]:
         raise ValueError(f"mask must match {name} {batch}, got shape {tuple(mask.shape)}")
-    if mask.dtype != torch.bool:
-        raise ValueError(f"mask must be bool (True = real document), got {mask.dtype}")
+    if mask.dtype != torch.bool:  # the losses have made a 0/1 mask bool already (bool_mask)
+        raise ValueError(f"mask must be {MASK_DTYPE_RULE}, got {mask.dtype}")
     if labels.is_complex():
         raise ValueError(f"labels must be real, integer or bool, got {labels.dtype}")
+
+
+def bool_mask(mask: torch.Tensor) -> torch.Tensor:
+    """The mask as bool: a bool mask as is, a 0/1 integer or floating mask compared with 0.
+
+    On the CPU eager path a value other than 0 and 1 is a ValueError; elsewhere values are not
+    read (no host synchronisation) and any non-zero value marks a real document.
+
+    Example:
+        >>> bool_mask(torch.tensor([[1.0, 0.0, 1.0]]))
+        tensor([[ True, False,  True]])
+    """
+    if mask.dtype == torch.bool:
+        return mask
+    real = mask != 0
+    if may_read_values(mask) and not bool(((mask == 1) | ~real).all()):
+        raise ValueError(
+            f"mask must be {MASK_DTYPE_RULE}; got {mask.dtype} values other than 0 and 1"
+        )
+    return real
+
+
+def single_query(
+    values: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None, *, features: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, bool]:
+    """The rule's shapes: one unbatched query (``labels [L]``) as the batch ``B = 1``, and
+    ``mask=None`` as every document real. Returns ``(values, labels, mask, unbatched)``; the
+    mask is bool (:func:`bool_mask`). Shapes are checked by :func:`check_list_inputs` after."""
+    unbatched = labels.dim() == 1
+    if unbatched:
+        labels = labels.unsqueeze(0)
+        if values.dim() == (2 if features else 1):
+            values = values.unsqueeze(0)
+        if mask is not None and mask.dim() == 1:
+            mask = mask.unsqueeze(0)
+    if mask is None:
+        mask = torch.ones(labels.shape, dtype=torch.bool, device=labels.device)
+    elif mask.dtype != torch.bool and tuple(mask.shape) == tuple(labels.shape):
+        mask = bool_mask(mask)
+    return values, labels, mask, unbatched
+
+
+def batch_result(loss: torch.Tensor, unbatched: bool) -> torch.Tensor:
+    """A loss over ``B = 1`` returned for an unbatched query: ``[1] -> []`` (``"none"``)."""
+    return loss.squeeze(0) if unbatched and loss.dim() == 1 else loss
+
+
+def list_loss(*, features: bool = False) -> Callable[[Callable], Callable]:
+    """Decorate a loss ``function(values, labels, mask, *rest, **keywords)`` written for
+    batched tensors with the rule's shapes: ``mask=None`` (every document real), 0/1 masks and
+    one unbatched query (:func:`single_query`, :func:`batch_result`). ``features``: the values
+    are ConeRank's ``[B, L, F]`` features."""
+
+    def decorate(function: Callable) -> Callable:
+        @functools.wraps(function)
+        def loss(values, labels, mask=None, *rest, **keywords):
+            values, labels, mask, unbatched = single_query(values, labels, mask, features=features)
+            return batch_result(function(values, labels, mask, *rest, **keywords), unbatched)
+
+        return loss
+
+    return decorate
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -112,10 +189,12 @@ def float_labels(labels: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def finite_label_mask(labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The mask with every query that has a non-finite label at a real document dropped.
+    """The mask with every query dropped that has an unusable label at a real document:
+    non-finite, or negative where values are not read. On the CPU eager path a negative label
+    is a ValueError (padding written as -1 belongs in the mask: ``mask=labels >= 0``).
 
     Shape:
-        labels, mask: [B, L] -> [B, L] bool.
+        labels (floating), mask: [B, L] -> [B, L] bool.
 
     Example:
         >>> labels = torch.tensor([[1.0, float("nan")], [1.0, 0.0], [2.0, float("inf")]])
@@ -124,8 +203,19 @@ def finite_label_mask(labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
                 [ True,  True],
                 [ True, False]])
     """
-    bad = (mask & ~torch.isfinite(labels)).any(dim=-1, keepdim=True)
-    return mask & ~bad
+    bad = mask & ~((labels >= 0) & (labels < math.inf))  # NaN, ±inf and negative labels
+    if may_read_values(labels):
+        if not bool(bad.any()):  # the common case: one pass, one free read
+            return mask
+        negative = bad & (labels < 0) & (labels > -math.inf)
+        if bool(negative.any()):
+            where = [tuple(index) for index in negative.nonzero()[:3].tolist()]
+            raise ValueError(
+                f"labels must be >= 0 at real documents (mask True), got "
+                f"{labels[negative][0].item():g} at [b, i] = {where}: mark padding in the mask, "
+                "e.g. mask=labels >= 0 for lists padded with -1 (as allRank does)"
+            )
+    return mask & ~bad.any(dim=-1, keepdim=True)
 
 
 def list_inputs(

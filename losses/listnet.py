@@ -2,16 +2,33 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from differank.losses.algorithms.pairs import valid_queries
-from differank.losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
+from differank.losses.inputs import (
+    check_list_inputs,
+    compute_dtype,
+    finite_scores,
+    float_labels,
+    list_inputs,
+    list_loss,
+    may_read_values,
+    nan_for_nonfinite_scores,
+)
 from differank.losses.reduction import check_reduction, reduce_queries
 
 
+@list_loss()
 def listnet_loss(
-    scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, *, reduction: str = "mean"
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    reduction: str = "mean",
 ) -> torch.Tensor:
     """Cross-entropy between the top-one distributions of the labels and of the scores.
 
@@ -31,6 +48,10 @@ def listnet_loss(
         tensor(0.6931)
     """
     check_reduction(reduction)
+    if may_read_values(scores):
+        eager = _listnet_on_usable_inputs(scores, labels, mask)
+        if eager is not None:
+            return reduce_queries(*eager, reduction)
     scores, labels, mask = list_inputs(scores, labels, mask)
     very_negative = torch.finfo(scores.dtype).min
     safe = finite_scores(scores, mask)
@@ -43,6 +64,36 @@ def listnet_loss(
     return reduce_queries(per_query, valid, reduction)
 
 
+def _listnet_on_usable_inputs(
+    scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The CPU eager path's per-query loss and validity ([B] each) in a few fused operations,
+    or None when the input rule has work to do: an empty batch or list, or a non-finite score, a
+    non-finite or negative label at a real document. Those are seen on [B] after the fact
+    (one free host read), so usable inputs pay no O(B·L) check of their own.
+
+    Padding enters both softmaxes as the dtype's most negative value, so its probability is an
+    exact 0 and its log finite; a query whose real scores and labels are finite gets a finite
+    cross-entropy, and anything else shows up in ``per_query`` or ``lowest``.
+    """
+    check_list_inputs(scores, labels, mask)
+    if scores.numel() == 0:  # B = 0 or L = 0: the general path's connected zero
+        return None
+    dtype = compute_dtype(scores.dtype)
+    very_negative = torch.finfo(dtype).min
+    as_float = float_labels(labels, dtype)
+    real_labels = torch.where(mask, as_float, very_negative)
+    logits = torch.where(mask, scores.to(dtype), very_negative)
+    # -Σ softmax(labels) · log softmax(scores), one fused call
+    per_query = F.cross_entropy(logits, real_labels.softmax(-1), reduction="none")
+    lowest = torch.where(mask, as_float, math.inf).amin(-1)  # NaN, -inf or < 0 if one is
+    # a non-finite score or label makes per_query NaN or ±inf, and 0·(NaN or ±inf) is NaN; so
+    # the batch is usable iff min(lowest + 0·per_query) >= 0: one read for the whole batch
+    if not float(torch.add(lowest, per_query.detach(), alpha=0.0).amin()) >= 0.0:
+        return None
+    return per_query, real_labels.amax(-1) > lowest
+
+
 class ListNetLoss(nn.Module):
     """Module form of :func:`listnet_loss`."""
 
@@ -51,6 +102,12 @@ class ListNetLoss(nn.Module):
         self.reduction = check_reduction(reduction)
 
     def forward(
-        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
+        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None = None
     ) -> torch.Tensor:
+        """:func:`listnet_loss` with this module's options.
+
+        Shape:
+            scores [B, L] (one query: [L]); labels, mask like scores (``mask=None``: every
+            document is real) -> [B] for ``reduction="none"`` ([] for one query), else a scalar.
+        """
         return listnet_loss(scores, labels, mask, reduction=self.reduction)

@@ -7,19 +7,60 @@ from torch import nn
 from torch.nn import functional as F
 
 from differank.losses.algorithms.pairs import preference_mask, valid_queries
-from differank.losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
+from differank.losses.inputs import (
+    finite_scores,
+    list_inputs,
+    list_loss,
+    nan_for_nonfinite_scores,
+)
 from differank.losses.reduction import check_reduction, reduce_queries
 
+MAX_PAIR_BYTES = 16 * 2**30
+"""The most memory :func:`ranknet_loss` may ask for its [B, L, L] pair tensors (16 GiB); a
+larger batch is a ValueError before anything is allocated. Cap the list length instead (in
+differank's harness ``data.max_list``), or raise this bound if the machine has the memory."""
 
+# the [B, L, L] compute-dtype tensors alive at the peak of forward + backward besides the bool
+# pair mask: 5 (a float32 step at B = 4, L = 2000 peaked at 21 bytes per pair on CPU)
+_PAIR_TENSORS = 5
+
+
+def _size(size: int) -> str:
+    return f"{size / 2**30:.1f} GiB" if size >= 2**30 else f"{size / 2**20:.1f} MiB"
+
+
+def check_pair_memory(batch: int, length: int, dtype: torch.dtype) -> None:
+    """Raise a ValueError when RankNet's [B, L, L] tensors would pass :data:`MAX_PAIR_BYTES`.
+
+    Shapes only: no tensor value is read, so it costs nothing compiled or on a GPU.
+    """
+    pairs = batch * length * length
+    needed = pairs * (1 + _PAIR_TENSORS * dtype.itemsize)
+    if needed > MAX_PAIR_BYTES:
+        raise ValueError(
+            f"ranknet_loss compares every pair of a list: B·L² = {batch}·{length}² = {pairs:,} "
+            f"pairs need about {_size(needed)}, over its budget of "
+            f"{_size(MAX_PAIR_BYTES)} (differank.losses.ranknet.MAX_PAIR_BYTES): cap "
+            "the list length (in differank's harness: data.max_list), use smaller batches, or "
+            "an O(L) loss such as listnet_loss or domination_loss"
+        )
+
+
+@list_loss()
 def ranknet_loss(
-    scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, *, reduction: str = "mean"
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    reduction: str = "mean",
 ) -> torch.Tensor:
     """Mean over a query's preference pairs of ``log(1 + exp(-(s_i - s_j)))``.
 
     Pairs are the ordered pairs of real documents with ``label_i > label_j`` (Burges et al. 2005,
     eq. 1 with target probability 1). A query without pairs has loss 0. Inputs follow the rule
     of ``differank.losses.inputs`` (empty shapes, integer labels, non-finite values, half
-    precision).
+    precision). Memory O(B·L²): a batch whose pair tensors would pass :data:`MAX_PAIR_BYTES`
+    is a ValueError before anything is allocated.
 
     Shape:
         scores, labels, mask: [B, L] -> [B] for ``reduction="none"``, else a scalar.
@@ -33,6 +74,7 @@ def ranknet_loss(
     """
     check_reduction(reduction)
     scores, labels, mask = list_inputs(scores, labels, mask)
+    check_pair_memory(*scores.shape, scores.dtype)
     pairs = preference_mask(labels, mask)  # [B, L, L]
     real_scores = finite_scores(scores, mask)
     difference = real_scores.unsqueeze(-1) - real_scores.unsqueeze(-2)
@@ -51,6 +93,12 @@ class RankNetLoss(nn.Module):
         self.reduction = check_reduction(reduction)
 
     def forward(
-        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
+        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None = None
     ) -> torch.Tensor:
+        """:func:`ranknet_loss` with this module's options.
+
+        Shape:
+            scores [B, L] (one query: [L]); labels, mask like scores (``mask=None``: every
+            document is real) -> [B] for ``reduction="none"`` ([] for one query), else a scalar.
+        """
         return ranknet_loss(scores, labels, mask, reduction=self.reduction)

@@ -37,10 +37,10 @@ def reduce_queries(per_query: torch.Tensor, valid: torch.Tensor, reduction: str)
         tensor([2., 0., 4.])
     """
     check_reduction(reduction)
-    per_query = torch.where(valid, per_query, torch.zeros_like(per_query))
+    per_query = torch.where(valid, per_query, 0.0)
     if reduction == "none":
         return per_query
     total = per_query.sum()
     if reduction == "sum":
         return total
-    return total / valid.sum().clamp(min=1).to(per_query.dtype)
+    return total / valid.sum().clamp(min=1)  # a float divided by an integer count

@@ -352,7 +352,7 @@ def cone_query_loss_oracle(
     n, n_features = features.shape
     rho = math.sqrt(n_features) if rho is None else rho
     total, count = features.new_zeros(()) + 0.0 * basis.sum(), 0
-    for l in range(n):  # noqa: E741
+    for l in range(n):
         for m in range(n):
             if not labels[l] > labels[m]:
                 continue

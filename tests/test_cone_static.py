@@ -16,11 +16,11 @@ from tests.oracles import cone_query_loss_oracle
 from tests.test_cone import random_basis, random_batch
 
 OPTIONS = [
-    {},  # the default: simplex, every pair
-    {"constraint": "cone"},
-    {"constraint": "band", "band": (0.5, 2.0)},
+    {"max_pairs_per_query": None},  # simplex, every pair
+    {"constraint": "cone", "max_pairs_per_query": None},
+    {"constraint": "band", "band": (0.5, 2.0), "max_pairs_per_query": None},
     {"max_pairs_per_query": 7},
-    {"solver": "fista", "max_iter": 400, "tol": 0.0},
+    {"solver": "fista", "max_iter": 400, "tol": 0.0, "max_pairs_per_query": None},
 ]
 
 
@@ -53,7 +53,7 @@ def test_static_path_matches_the_float64_oracle(monkeypatch):
     features, labels, mask = random_batch(seed=3)
     basis = random_basis(seed=4)
     static_path(monkeypatch)
-    got = ConeLoss(reduction="none")(features, labels, mask, basis)
+    got = ConeLoss(reduction="none", max_pairs_per_query=None)(features, labels, mask, basis)
     expected = []
     for b in range(len(features)):
         keep = mask[b]
@@ -81,8 +81,9 @@ def test_other_options_compile_fullgraph_and_match_eager(options):
 def test_compiles_with_inductor():
     features, labels, mask = random_batch(batch=3)
     basis = random_basis()
-    eager = value_and_grads(ConeLoss(), features, labels, mask, basis)
-    compiled = torch.compile(ConeLoss(), fullgraph=True, backend="inductor")
+    every_pair = ConeLoss(max_pairs_per_query=None)  # inductor draws from its own RNG
+    eager = value_and_grads(every_pair, features, labels, mask, basis)
+    compiled = torch.compile(every_pair, fullgraph=True, backend="inductor")
     got = value_and_grads(compiled, features, labels, mask, basis)
     torch.testing.assert_close(got, eager, rtol=1e-8, atol=1e-10)
 
@@ -104,7 +105,7 @@ def test_static_path_half_features_give_finite_float32(monkeypatch, dtype):
     features, labels, mask = random_batch(nan_padding=False)
     static_path(monkeypatch)
     features = features.to(dtype).requires_grad_(True)
-    value = ConeLoss()(features, labels, mask, random_basis().to(dtype))
+    value = ConeLoss(max_pairs_per_query=None)(features, labels, mask, random_basis().to(dtype))
     value.backward()
     assert value.dtype == torch.float32 and torch.isfinite(value)
     assert features.grad.dtype == dtype and torch.isfinite(features.grad).all()

@@ -74,7 +74,7 @@ class TestConeRank:
         for b in range(features.shape[0]):
             n = int(mask[b].sum())
             votes = [0] * n
-            for l in range(n):  # noqa: E741
+            for l in range(n):
                 for m in range(l + 1, n):
                     z = features[b, l] - features[b, m]
                     z = ranker.rho * z / (1.0 + z.norm())

@@ -132,5 +132,5 @@ class TestDominationLoss:
         scores, labels, mask = random_batch(15)
         with pytest.raises(ValueError, match="margins"):
             domination_loss(scores, labels, mask, margins=torch.zeros(2, 2))
-        with pytest.raises(ValueError, match="model=linear"):
+        with pytest.raises(ValueError, match=r"scores must be \[B, L\]"):
             domination_loss(scores.unsqueeze(-1).expand(-1, -1, 3), labels, mask)

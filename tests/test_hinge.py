@@ -225,7 +225,7 @@ class TestStructuredHinge:
             assert loss[b].item() == pytest.approx(value, rel=1e-9, abs=1e-12)
 
     def test_feature_tensor_rejected(self):
-        with pytest.raises(ValueError, match="model=linear"):
+        with pytest.raises(ValueError, match=r"scores must be \[B, L\]"):
             structured_hinge_loss(
                 torch.zeros(2, 3, 4), torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.bool)
             )

@@ -12,8 +12,10 @@ import torch
 
 from differank.losses.algorithms.pairs import sample_pairs
 from differank.losses.algorithms.permutation_sampler import (
+    QueryTables,
+    _arrange,
     _restart,
-    _seed_orders,
+    _shuffle,
     _step,
     _walk_tables,
     order_constants,
@@ -31,6 +33,20 @@ from tests.oracles import (
 )
 
 DELTAS = ("auc", "map", "ndcg")
+
+
+def _seed_orders(
+    tables: QueryTables, chains: int, generator: torch.Generator | None
+) -> torch.Tensor:
+    """``[3, B, C, L]`` restart candidates: ideal (random order within a label, Δ = 0), a uniform
+    shuffle (E[Δ_AUC] = 1/2) and the reversed ideal (Δ_AUC = 1), padding after in slot order."""
+    walk = _walk_tables(tables)
+    order, _, rank, at_level, _ = _shuffle(walk, chains, generator)
+    seeds = []
+    for kind in range(3):
+        target = _arrange(walk, rank, at_level, torch.full_like(order[..., 0], kind))
+        seeds.append(torch.empty_like(order).scatter_(-1, target.long(), order))
+    return torch.stack([seeds[0], seeds[1], seeds[2]])
 
 
 def padded(counts, length, seed, levels=3):

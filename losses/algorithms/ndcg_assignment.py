@@ -29,6 +29,7 @@ from functools import lru_cache
 
 import torch
 
+from differank.losses.algorithms.dcg import dcg_discounts, dcg_gains
 from differank.losses.algorithms.pairs import label_levels
 from differank.losses.inputs import may_read_values
 
@@ -41,26 +42,18 @@ def position_weights(positions: torch.Tensor, k: int) -> torch.Tensor:
     return (k + 1 - positions).clamp(min=0)
 
 
-def position_discounts(positions: torch.Tensor, k: int, dtype: torch.dtype) -> torch.Tensor:
-    """``D(r) = 1 / log2(1 + r)`` for ``r ≤ k``, else 0 (the loss-side discount,
-    docs/objectives/hinge.md#interpretations-chosen)."""
-    r = positions.to(dtype)
-    inside = positions <= k
-    return torch.where(inside, 1.0 / torch.log2(1.0 + r.clamp(min=1.0)), torch.zeros_like(r))
-
-
 def gains_and_ideal_dcg(
     labels: torch.Tensor, mask: torch.Tensor, k: int, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Gains ``2^label − 1`` (0 at padding) [B, L] and the ideal DCG@k ``N_q`` [B]."""
     real = torch.where(mask, labels.to(dtype), torch.zeros((), dtype=dtype, device=labels.device))
-    gains = torch.where(mask, torch.exp2(real) - 1.0, torch.zeros_like(real))
+    gains = dcg_gains(real, mask)
     top = min(k, labels.shape[-1])
     ordered = torch.where(mask, gains, torch.full_like(gains, -math.inf))
     best = ordered.topk(top, dim=-1).values
     best = torch.where(torch.isfinite(best), best, torch.zeros_like(best))
     ranks = torch.arange(1, top + 1, device=labels.device)
-    ideal = (best * position_discounts(ranks, k, dtype)).sum(dim=-1)
+    ideal = (best * dcg_discounts(ranks, k, dtype)).sum(dim=-1)
     return gains, ideal
 
 
@@ -207,11 +200,12 @@ def _dp_tables_cpu(levels: int, positions: int) -> tuple[torch.Tensor, ...]:
 _DEVICE_TABLES: dict[tuple[int, int, str], tuple] = {}
 
 
-@torch.compiler.assume_constant_result
-def _dp_tables(levels: int, positions: int, device: torch.device) -> tuple:
+def dp_tables(levels: int, positions: int, device: torch.device) -> tuple:
     """The cached tables on ``device``; layer bounds as a Python list (static, not data).
 
-    Constants to ``torch.compile``: built once on the host, never traced.
+    Constants to ``torch.compile``: built once on the host, never traced. The mark
+    (``torch.compiler.assume_constant_result``) is made by
+    :mod:`~differank.losses.algorithms.dp_tables_constant`, imported only while compiling.
     """
     key = (levels, positions, str(device))
     if key not in _DEVICE_TABLES:
@@ -253,7 +247,10 @@ def label_level_dp(
             f"and k' = {top} positions (limit {MAX_DP_STATES}); too many label levels for the DP: "
             "use solver='assignment' (exact per-query assignment on CPU)"
         )
-    counts, sums, pred, pick, bounds = _dp_tables(levels, top, device)
+    if torch.compiler.is_compiling():
+        # marks dp_tables constant; a real import even while tracing (torch._dynamo is loaded)
+        import differank.losses.algorithms.dp_tables_constant  # noqa: F401
+    counts, sums, pred, pick, bounds = dp_tables(levels, top, device)
     neg_inf = torch.full((), -math.inf, dtype=dtype, device=device)  # no host-to-device copy
 
     # Each level's best documents by score, descending: S [B, M, k'] (−inf past n_m) and ids.
@@ -398,7 +395,7 @@ def assignment_positions(
             continue
         ranks = torch.arange(1, top + 1)
         weight = position_weights(ranks, k).to(torch.float64)
-        discount = position_discounts(ranks, k, torch.float64)
+        discount = dcg_discounts(ranks, k, torch.float64)
         benefit = (
             weight.unsqueeze(1) * host_scores[b, docs].unsqueeze(0)
             - discount.unsqueeze(1) * host_gains[b, docs].unsqueeze(0) / host_ideal[b]

@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import torch
 
+from differank.losses.algorithms.dcg import dcg_discounts, dcg_gains
 from differank.losses.algorithms.pairs import label_levels, random_options, sample_pairs
 from differank.losses.inputs import may_read_values
 
@@ -86,12 +87,9 @@ def query_tables(
     higher_total = count[:, None] - per_level.cumsum(-1)
     below = per_level.cumsum(-1) - per_level  # real docs labelled below level g
     pairs = (per_level * below).sum(-1).to(dtype).clamp(min=1)
-    gain = torch.where(mask, torch.exp2(real) - 1, torch.zeros_like(real))
+    gain = dcg_gains(real, mask)
     relevant = (mask & (real > 0)).to(dtype)
-    positions = torch.arange(length, device=device, dtype=dtype)
-    discount = 1.0 / torch.log2(positions + 2.0)
-    if ndcg_k is not None:
-        discount = torch.where(positions < ndcg_k, discount, torch.zeros_like(discount))
+    discount = dcg_discounts(torch.arange(1, length + 1, device=device), ndcg_k, dtype)
     ideal = torch.where(mask, -real, torch.full_like(real, math.inf)).argsort(dim=-1, stable=True)
     ideal_dcg = (gain.gather(-1, ideal) * discount).sum(-1)
     return QueryTables(
@@ -372,20 +370,6 @@ def _arrange(
         target += here * start[..., level : level + 1]
     keep = (choice == 1).unsqueeze(-1) | ~walk.real_positions
     return torch.where(keep, walk.positions, target)
-
-
-def _seed_orders(
-    tables: QueryTables, chains: int, generator: torch.Generator | None
-) -> torch.Tensor:
-    """``[3, B, C, L]`` restart candidates: ideal (random order within a label, Δ = 0), a uniform
-    shuffle (E[Δ_AUC] = 1/2) and the reversed ideal (Δ_AUC = 1), padding after in slot order."""
-    walk = _walk_tables(tables)
-    order, _, rank, at_level, _ = _shuffle(walk, chains, generator)
-    seeds = []
-    for kind in range(3):
-        target = _arrange(walk, rank, at_level, torch.full_like(order[..., 0], kind))
-        seeds.append(torch.empty_like(order).scatter_(-1, target.long(), order))
-    return torch.stack([seeds[0], seeds[1], seeds[2]])
 
 
 @torch.no_grad()

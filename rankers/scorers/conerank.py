@@ -22,7 +22,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from differank.losses.cone import cone_fold_in, normalise_differences
+from differank.losses.algorithms.cone_fold_in import cone_fold_in
+from differank.losses.cone import normalise_differences
 from differank.rankers.scorers.base import Ranker
 from differank.rankers.scorers.linear import LinearRanker
 from differank.rankers.scorers.transformer import ListEncoder
