@@ -17,6 +17,11 @@ MQ2008 = ROOT.parent / "shared" / "data" / "MQ2008"
 # the tiny synthetic set most end-to-end tests train on (Hydra overrides)
 TINY_DATA = ["data.n_train_queries=40", "data.n_val_queries=20", "data.n_test_queries=20"]
 TINY_RUN = [*TINY_DATA, "trainer.max_epochs=2", "logger=csv"]
+# every loss config, each with the model it pairs with (ConeRank's loss needs its basis)
+LOSS_RUNS = {
+    path.stem: [f"model={'conerank' if path.stem == 'cone' else 'linear'}", f"loss={path.stem}"]
+    for path in sorted((ROOT / "conf" / "loss").glob("*.yaml"))
+}
 
 
 @pytest.fixture(scope="session", autouse=True)

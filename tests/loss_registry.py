@@ -158,7 +158,7 @@ class LossCase:
 CONE_BASIS = torch.randn(4, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
 CONE_TIGHT = {"max_iter": 20000, "tol": 1e-13}  # fold-in to convergence for the oracle
 LAYER_MARGINS = [[0.0, 0.0, 0.0], [0.5, 0.0, 0.0], [1.0, 0.25, 0.0]]  # exact in float32
-CONVEX_SAMPLER = {"num_samples": 20, "walk_length": 4}
+CONVEX_SAMPLER = {"num_samples": 20, "walk_length": 4, "delta": "ndcg"}
 ASSIGNMENT_ON_HOST = (
     'solver="assignment" solves one assignment per query on the host (the static path is '
     'solver="dp")'
@@ -267,7 +267,7 @@ CASES: dict[str, LossCase] = {
             cone_loss,
             ConeLoss,
             oracles.per_query_oracle(oracles.cone_query_loss_oracle),
-            options=CONE_TIGHT,
+            options={**CONE_TIGHT, "max_pairs_per_query": None},  # every pair, as the oracle
             call_args=(CONE_BASIS,),
             feature_dim=4,
             rtol=1e-6,
@@ -278,7 +278,7 @@ CASES: dict[str, LossCase] = {
             cone_loss,
             ConeLoss,
             oracles.per_query_oracle(partial(oracles.cone_query_loss_oracle, constraint="cone")),
-            options={**CONE_TIGHT, "constraint": "cone"},
+            options={**CONE_TIGHT, "max_pairs_per_query": None, "constraint": "cone"},
             call_args=(CONE_BASIS,),
             feature_dim=4,
             rtol=1e-6,

@@ -18,7 +18,7 @@ from differank.losses import (
 )
 from differank.rankers.scorers.conerank import ConeRank
 from differank.rankers.scorers.linear import LinearRanker
-from tests.conftest import ROOT
+from tests.conftest import LOSS_RUNS
 
 pytestmark = [
     pytest.mark.gpu,
@@ -32,7 +32,6 @@ LOSSES = {
     "hinge": StructuredHingeLoss,
     "convex": ConvexLoss,
 }
-OBJECTIVES = sorted(path.stem for path in (ROOT / "conf" / "objective").glob("*.yaml"))
 
 
 def batch(dtype=torch.float64, batch_size=8, length=32, n_features=0, seed=0):
@@ -65,14 +64,14 @@ def test_loss_on_cuda_equals_cpu(name, dtype):
     assert torch.isfinite(cuda[0]) and torch.isfinite(cuda[1]).all()
 
 
-@pytest.mark.parametrize("objective", OBJECTIVES)
+@pytest.mark.parametrize("objective", sorted(LOSS_RUNS))
 @pytest.mark.parametrize("precision", ["32-true", "16-mixed", "bf16-mixed"])
 def test_one_training_epoch_on_cuda(train_config, objective, precision):
     from train import train
 
     cfg = train_config(
         [
-            f"+objective={objective}",
+            *LOSS_RUNS[objective],
             f"++trainer.precision={precision}",
             "trainer.accelerator=gpu",
             "trainer.devices=1",

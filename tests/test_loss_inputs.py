@@ -11,9 +11,7 @@ import torch
 
 from differank.losses import structured_hinge_loss
 from differank.losses.inputs import compute_dtype, finite_label_mask, may_read_values
-from tests.conftest import ROOT
-
-OBJECTIVES = sorted(path.stem for path in (ROOT / "conf" / "objective").glob("*.yaml"))
+from tests.conftest import LOSS_RUNS
 
 
 def test_helpers():
@@ -35,13 +33,13 @@ def test_hinge_more_label_levels_than_num_levels_is_an_error_on_cpu():
         structured_hinge_loss(scores, labels, mask, num_levels=0)
 
 
-@pytest.mark.parametrize("objective", OBJECTIVES)
+@pytest.mark.parametrize("objective", sorted(LOSS_RUNS))
 def test_every_objective_trains_with_bf16_mixed(train_config, objective):
     from train import train
 
     cfg = train_config(
         [
-            f"+objective={objective}",
+            *LOSS_RUNS[objective],
             "++trainer.precision=bf16-mixed",
             "trainer.fast_dev_run=true",
             "logger=csv",
