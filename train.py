@@ -41,13 +41,15 @@ from rich.console import Console
 from rich.table import Table
 
 from differank.datamodules.download import data_home
-from differank.rankers.metrics.evaluate import evaluate_arrays
+from differank.rankers.metrics.evaluate import convention_means, evaluate_arrays
 from differank.rankers.run.export import (
     export_onnx,
     export_torchscript,
     serving_scorer,
     write_trec_run,
 )
+from differank.rankers.run.folders import claim_folder
+from differank.rankers.training.callbacks import hide_progress
 
 CONFIG_DIR = Path(__file__).resolve().parent / "conf"
 TASKS = ("fit", "test", "predict", "export")
@@ -55,6 +57,8 @@ RESTORED = ("data", "model", "loss")  # what test / predict / export take from t
 log = logging.getLogger(__name__)
 # ${data_dir:MQ2008}: $LETOR_DIR/MQ2008, else the project's default data folder (conf/data/)
 OmegaConf.register_new_resolver("data_dir", lambda name: str(data_home() / name), replace=True)
+# ${unique_dir:outputs/DATE/TIME}: that folder, created, or TIME_1, ... when another run has it
+OmegaConf.register_new_resolver("unique_dir", claim_folder, use_cache=True, replace=True)
 
 # Known third-party noise, filtered as pyproject.toml's pytest filterwarnings does. Only these
 # exact messages: differank's own warnings (and any other) always show.
@@ -63,6 +67,7 @@ NOISY_WARNINGS = (
     r".*does not have many workers",  # the LETOR loaders are in-memory; workers do not help
     r"You are using a custom batch sampler",  # ours shards queries itself (DDP)
     r"The `srun` command is available",  # a SLURM login node running a local job
+    r"MLFlow only allows",  # its '@' -> '' renaming of ndcg@k, p@k (conf/logger/mlflow.yaml)
 )
 
 
@@ -102,7 +107,12 @@ def train(cfg: DictConfig, run_dir: Path) -> float:
         check_same_data(
             checkpoint.get("differank", {}).get("data"), fingerprint, cfg.allow_data_mismatch
         )
-    model = instantiate(cfg.model, loss=instantiate(cfg.loss), n_features=datamodule.n_features)
+    model = instantiate(
+        cfg.model,
+        loss=instantiate(cfg.loss),
+        n_features=datamodule.n_features,
+        metric_convention=cfg.metrics.convention,
+    )
     callbacks = [instantiate(callback) for callback in cfg.callbacks.values()]
     if cfg.quiet:
         callbacks = [c for c in callbacks if not isinstance(c, pl.callbacks.ProgressBar)]
@@ -289,9 +299,11 @@ def write_outputs(run_dir: Path, model, datamodule, metrics: bool, weights: str)
         log.info("predictions of %s: %s", weights, out)
         return
     # scored from the rows in memory: the same reader, grouping and floats as the files
-    values = evaluate_arrays(scores, split.labels, split.qids, ks=model.test_metrics.ks)
-    (run_dir / "test_metrics.json").write_text(json.dumps(values, indent=2) + "\n")
-    table = Table("metric", "test")
+    ks, convention = model.test_metrics.ks, model.test_metrics.convention
+    values = evaluate_arrays(scores, split.labels, split.qids, ks=ks, convention=convention)
+    record = {**values, "conventions": convention_means(scores, split.labels, split.qids, ks=ks)}
+    (run_dir / "test_metrics.json").write_text(json.dumps(record, indent=2) + "\n")
+    table = Table("metric", f"test ({convention})")
     for key, value in values.items():
         table.add_row(key, f"{value:.4f}")
     text = io.StringIO()
@@ -325,14 +337,15 @@ def compose_run(overrides: list[str], run_dir: Path) -> DictConfig:
 
 def console_logging(quiet: bool) -> None:
     """Under the CLI: Lightning's messages join the run's console (and ``train.log``); with
-    ``quiet`` the terminal shows warnings only, ``train.log`` still every line."""
+    ``quiet`` the terminal hides the progress lines (epochs, checkpoints, Lightning's set-up)
+    and keeps warnings, the test table and the output folder; ``train.log`` keeps every line."""
     lightning = logging.getLogger("pytorch_lightning")
     lightning.handlers.clear()
     lightning.propagate = True
     if quiet:
         for handler in logging.getLogger().handlers:
             if not isinstance(handler, logging.FileHandler):
-                handler.setLevel(logging.WARNING)
+                handler.addFilter(hide_progress)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")

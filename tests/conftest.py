@@ -28,6 +28,17 @@ def private_data_cache(tmp_path_factory):
     patch.undo()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_tracking_store(tmp_path_factory):
+    """logger=mlflow's default store (conf/logger/mlflow.yaml) goes to a temporary folder, never
+    to ./mlflow.db in the clone."""
+    patch = pytest.MonkeyPatch()
+    store = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
+    patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
+    yield
+    patch.undo()
+
+
 @pytest.fixture
 def train_config(tmp_path):
     """Compose a run config whose run directory is a fresh temporary folder."""
