@@ -21,6 +21,7 @@ from differank.rankers.metrics.evaluate import (
     read_labels_and_qids,
     read_rows,
 )
+from tests.conftest import requires_mq2008
 from tests.oracles import letor_query_metrics_oracle, trec_query_metrics_oracle
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -297,3 +298,18 @@ def test_trec_convention_is_trec_evals(tiny):
         assert ours[f"ndcg@{k}"] == pytest.approx(
             trec_eval[ir_measures.nDCG(gains=gains) @ k], abs=1e-4
         )
+
+
+@pytest.mark.slow
+@requires_mq2008
+def test_mq2008_fold1_hinge_run_under_letor_and_trec_rules(tmp_path):
+    """The issue's reference run: one ranking, NDCG@10 0.2029 by the LETOR script and 0.4652 by
+    trec_eval's rules (docs/metrics.md#conventions)."""
+    from train import compose_run, train
+
+    overrides = ["model=linear", "loss=hinge", "data=mq2008", "data.fold=1", f"data.root={MQ2008}"]
+    train(compose_run([*overrides, "logger=csv", "quiet=true"], tmp_path), tmp_path)
+    conventions = json.loads((tmp_path / "test_metrics.json").read_text())["conventions"]
+    assert conventions["letor"]["ndcg@10"] == pytest.approx(0.2029, abs=5e-4)
+    assert conventions["trec"]["ndcg@10"] == pytest.approx(0.4652, abs=5e-4)
+    assert conventions["letor"]["map"] == conventions["trec"]["map"]  # AP has no discount

@@ -18,7 +18,7 @@ TRACKED_RUN = [*TINY_DATA, "trainer.max_epochs=2", "trainer.log_every_n_steps=1"
 
 def test_warmup_cosine_rises_linearly_then_decays_to_zero():
     optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=2.0)
-    schedule = warmup_cosine(optimizer, warmup_steps=3, total_steps=7)
+    schedule = warmup_cosine(optimizer, total_steps=7, warmup_fraction=0.4)  # 3 warm-up steps
     rates = []
     for _ in range(8):
         rates.append(optimizer.param_groups[0]["lr"])
@@ -30,18 +30,25 @@ def test_warmup_cosine_rises_linearly_then_decays_to_zero():
 
 
 def test_transformer_warms_up_and_others_keep_a_constant_rate(train_config):
-    assert train_config(["model=transformer"]).model.scheduler == "warmup_cosine"
-    assert train_config(["model=linear"]).model.scheduler is None
+    warm = "differank.rankers.training.module.warmup_cosine"
+    assert train_config(["model=transformer"]).model.scheduler._target_ == warm
+    assert train_config(["model=transformer", "model.scheduler=null"]).model.scheduler is None
+    for model in ("linear", "mlp", "conerank"):
+        assert train_config([f"model={model}"]).model.scheduler is None
+        chosen = train_config([f"model={model}", "model/scheduler=warmup_cosine"])
+        assert chosen.model.scheduler._target_ == warm
+    with pytest.raises(ValueError, match="warmup_fraction"):
+        warmup_cosine(torch.optim.SGD([torch.zeros(1, requires_grad=True)]), 10, 1.0)
 
 
 def test_csv_and_tensorboard_get_hyperparameters_val_loss_and_the_learning_rate(tmp_path):
     run_dir = tmp_path / "run"
-    overrides = [*TRACKED_RUN, "logger=default", "model.scheduler=warmup_cosine"]
-    overrides.append("model.warmup_fraction=0.5")  # 2 of the run's 4 steps
+    overrides = [*TRACKED_RUN, "logger=default", "model/scheduler=warmup_cosine"]
+    overrides.append("model.scheduler.warmup_fraction=0.5")  # 2 of the run's 4 steps
     train(compose_run(overrides, run_dir), run_dir)
     for logger in ("csv", "tensorboard"):
         hparams = yaml.safe_load(next((run_dir / logger).rglob("hparams.yaml")).read_text())
-        assert hparams["model"]["scheduler"] == "warmup_cosine"
+        assert hparams["model"]["scheduler"]["warmup_fraction"] == 0.5
         assert hparams["metrics"] == {"convention": "letor"}
     header, *rows = next((run_dir / "csv").rglob("metrics.csv")).read_text().splitlines()
     columns = header.split(",")

@@ -53,14 +53,16 @@ def check_loss_fits_ranker(ranker: Ranker, loss: nn.Module) -> None:
         )
 
 
-SCHEDULERS = (None, "warmup_cosine")
-
-
 def warmup_cosine(
-    optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int
+    optimizer: torch.optim.Optimizer, total_steps: int, warmup_fraction: float = 0.1
 ) -> torch.optim.lr_scheduler.LambdaLR:
-    """The learning rate times ``(step + 1) / (warmup_steps + 1)`` during the warm-up (0-based
-    steps), then times ``(1 + cos(π·t)) / 2``, t going from 0 to 1 over the remaining steps."""
+    """Linear warm-up, then cosine decay (``conf/model/scheduler/warmup_cosine.yaml``): with
+    ``W = round(warmup_fraction · total_steps)`` warm-up steps, the learning rate times
+    ``(step + 1) / (W + 1)`` for the 0-based steps before W, then ``(1 + cos(π·t)) / 2``, t going
+    from 0 to 1 over the remaining steps."""
+    if not 0 <= warmup_fraction < 1:
+        raise ValueError(f"warmup_fraction must be in [0, 1), got {warmup_fraction}")
+    warmup_steps = round(warmup_fraction * total_steps)
 
     def factor(step: int) -> float:
         if step < warmup_steps:
@@ -212,10 +214,10 @@ class RankingModule(EvaluationModule):
         augment_noise: standard deviation of Gaussian noise added to the (normalised) features
             of the real documents of every training batch; validation, test and prediction see
             the data as it is. 0 (default): no noise.
-        scheduler: the learning-rate schedule, stepped every optimizer step: ``None`` (constant)
-            or ``"warmup_cosine"`` (linear warm-up from 0 over ``warmup_fraction`` of the run's
-            steps, then a cosine decay to 0; :func:`warmup_cosine`).
-        warmup_fraction: the warm-up's share of all training steps, in [0, 1).
+        scheduler: ``None`` (a constant learning rate) or a factory
+            ``scheduler(optimizer, total_steps=N) -> LRScheduler`` (a Hydra partial, e.g.
+            :func:`warmup_cosine`), stepped after every optimizer step; N is the run's
+            ``trainer.estimated_stepping_batches``.
         metric_convention: the rules of ``val/*`` and ``test/*`` (docs/metrics.md#conventions);
             ``train.py`` passes ``metrics.convention``.
     """
@@ -230,21 +232,16 @@ class RankingModule(EvaluationModule):
         l2: float = 0.0,
         ks: Sequence[int] = (1, 3, 5, 10),
         augment_noise: float = 0.0,
-        scheduler: str | None = None,
-        warmup_fraction: float = 0.1,
+        scheduler: Callable[..., torch.optim.lr_scheduler.LRScheduler] | None = None,
         metric_convention: str = "letor",
     ) -> None:
         if l1 < 0 or l2 < 0:
             raise ValueError(f"l1 and l2 must be >= 0, got l1={l1}, l2={l2}")
         if not augment_noise >= 0:
             raise ValueError(f"augment_noise must be >= 0, got {augment_noise}")
-        if scheduler not in SCHEDULERS:
-            raise ValueError(f"model.scheduler must be one of {SCHEDULERS}, got {scheduler!r}")
-        if not 0 <= warmup_fraction < 1:
-            raise ValueError(f"model.warmup_fraction must be in [0, 1), got {warmup_fraction}")
         super().__init__(ranker(n_features=n_features), loss, ks, metric_convention)
         self.make_optimizer = optimizer
-        self.scheduler, self.warmup_fraction = scheduler, float(warmup_fraction)
+        self.make_scheduler = scheduler
         self.l1, self.l2 = float(l1), float(l2)
         self.augment_noise = float(augment_noise)
 
@@ -286,10 +283,10 @@ class RankingModule(EvaluationModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer | dict[str, Any]:
         optimizer = self.make_optimizer(self.parameters())
-        if self.scheduler is None:
+        if self.make_scheduler is None:
             return optimizer
         steps = int(self.trainer.estimated_stepping_batches)
-        schedule = warmup_cosine(optimizer, round(self.warmup_fraction * steps), steps)
+        schedule = self.make_scheduler(optimizer, total_steps=steps)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
 
