@@ -141,7 +141,7 @@ def over_seeds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for key in dict.fromkeys(k for row in members for k in row)
             if key != "job" and all(isinstance(row.get(key), (int, float)) for row in members)
         ]
-        summary: dict[str, Any] = {"overrides": setting, "seeds": len(members)}
+        summary: dict[str, Any] = {"overrides": setting or "(every job)", "seeds": len(members)}
         for key in numbers:
             values = [float(row[key]) for row in members]
             summary[key] = (statistics.fmean(values), _sample_std(values))
