@@ -66,7 +66,8 @@ def test_wandb_offline_run_holds_config_metrics_and_learning_rate(tmp_path, monk
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     run_dir = tmp_path / "run"
     train(compose_run([*TRACKED_RUN, "logger=wandb"], run_dir), run_dir)
-    wandb.finish()  # the command line's exit does this; in-process the test must
+    wandb.finish()  # the command line's exit does these two; in-process the test must
+    wandb.teardown()  # waits for the service to write the run file
     (record,) = (run_dir / "wandb").glob("offline-run-*/run-*.wandb")
     content = record.read_bytes()  # protobuf records: names are stored as plain UTF-8
     for name in (b"val/map", b"val/loss", b"lr-Adam", b"allow_data_mismatch", b"convention"):
