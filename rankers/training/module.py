@@ -107,20 +107,28 @@ class EvaluationModule(pl.LightningModule):
             return self.ranker(features, mask)
         return self.ranker(features)
 
-    def batch_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The only place a ranker's output meets a loss."""
-        if self.ranker.uses_mask:
-            target = self.ranker.loss_target(batch["features"], batch["mask"])
-        else:
-            target = self.ranker.loss_target(batch["features"])
+    def batch_loss(
+        self, batch: dict[str, torch.Tensor], target: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The only place a ranker's output meets a loss; ``target``: the batch's
+        ``loss_target``, when already computed."""
+        if target is None:
+            target = self.loss_target(batch)
         return self.loss(target, batch["labels"], batch["mask"], **self.ranker.loss_inputs())
 
+    def loss_target(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.ranker.uses_mask:
+            return self.ranker.loss_target(batch["features"], batch["mask"])
+        return self.ranker.loss_target(batch["features"])
+
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        scores = self(batch["features"], batch["mask"])
+        target = self.loss_target(batch)
+        # a scalar ranker's loss target is its scores [B, L]; a feature-space one's is [B, L, D]
+        scores = target if target.dim() == 2 else self(batch["features"], batch["mask"])
         self.val_metrics.update(scores, batch["labels"], batch["mask"])
         # the training objective on the validation queries (without the weight penalty)
         size = batch["mask"].shape[0]
-        self.log("val/loss", self.batch_loss(batch), batch_size=size, sync_dist=True)
+        self.log("val/loss", self.batch_loss(batch, target), batch_size=size, sync_dist=True)
 
     def on_fit_start(self) -> None:
         """Every logger gets the run's resolved config as its hyperparameters (TensorBoard's
