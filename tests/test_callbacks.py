@@ -12,10 +12,13 @@ from rich.logging import RichHandler
 from differank.rankers.training import callbacks
 
 
-def test_off_a_terminal_lines_are_written_whole():
+def test_off_a_terminal_lines_are_written_whole(monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
     out = io.StringIO()
-    handler = callbacks.console_handler(Console(file=out, width=80, force_terminal=False))
+    console = Console(file=out, width=80, force_terminal=False)
+    handler = callbacks.console_handler(console)
     assert type(handler) is logging.StreamHandler
+    assert console.width == callbacks.WIDE_COLUMNS  # the progress bar's lines, too
     line = "epoch 3/29  train/loss 0.1234  val/map 0.4567  best 0.4567 (epoch 3)  " * 3
     handler.handle(logging.LogRecord("x", logging.INFO, __file__, 1, line, None, None))
     assert out.getvalue() == line + "\n"  # one line, no wrapping at 80 columns, no padding

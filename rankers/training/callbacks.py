@@ -6,6 +6,7 @@ hides there (:func:`is_progress`)."""
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import pytorch_lightning as pl
@@ -17,6 +18,7 @@ log = logging.getLogger(__name__)
 # Loggers whose INFO lines report progress (epochs, checkpoints, a solver's convergence,
 # Lightning's set-up lines): what quiet=true hides on the terminal, never in train.log.
 PROGRESS_LOGGERS = ("differank.rankers.training", "pytorch_lightning", "lightning")
+WIDE_COLUMNS = 160  # the console's width when stdout is a file or a pipe (no terminal to fit)
 
 
 def is_progress(record: logging.LogRecord) -> bool:
@@ -32,10 +34,13 @@ def hide_progress(record: logging.LogRecord) -> bool:
 def console_handler(console: Console | None = None, **rich_options: Any) -> logging.Handler:
     """The terminal's log handler: Rich's on a terminal (lines print above the live progress
     bar); a plain stream handler on stdout when stdout is a file or a pipe (a SLURM ``.out``,
-    ``| tee``), where Rich would wrap every line at its 80-column default and pad it."""
+    ``| tee``), where Rich would wrap every line at its 80-column default and pad it. There the
+    console also widens to ``WIDE_COLUMNS`` (unless ``COLUMNS`` is set), for the progress bar."""
     console = console or rich.get_console()  # the progress bar's console
     if console.is_terminal:
         return RichHandler(console=console, **rich_options)
+    if "COLUMNS" not in os.environ:  # the progress bar's lines too: Rich's default is 80
+        console.width = max(console.width, WIDE_COLUMNS)
     return logging.StreamHandler(console.file)
 
 
