@@ -33,10 +33,15 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from differank.datamodules.download import data_home
+from differank.rankers.run.folders import claim_folder
 
 CONFIG_DIR = Path(__file__).resolve().parent / "conf"
 # ${data_dir:MQ2008}: $LETOR_DIR/MQ2008, else the project's default data folder (conf/data/)
 OmegaConf.register_new_resolver("data_dir", lambda name: str(data_home() / name), replace=True)
+# ${unique_dir:outputs/DATE/TIME}: that folder, created, or TIME_1, ... when another run has it
+OmegaConf.register_new_resolver("unique_dir", claim_folder, use_cache=True, replace=True)
+# ${unique_dir:outputs/DATE/TIME}: that folder, created, or TIME_1, ... when another run has it
+OmegaConf.register_new_resolver("unique_dir", claim_folder, use_cache=True, replace=True)
 
 
 def train(cfg: DictConfig, run_dir: Path) -> float:
@@ -62,14 +67,17 @@ def compose_run(overrides: list[str], run_dir: Path) -> DictConfig:
 
 def console_logging(quiet: bool) -> None:
     """Under the CLI: Lightning's messages join the run's console (and ``train.log``); with
-    ``quiet`` the terminal shows warnings only, ``train.log`` still every line."""
+    ``quiet`` the terminal hides the progress lines (epochs, checkpoints, Lightning's set-up)
+    and keeps warnings, the test table and the output folder; ``train.log`` keeps every line."""
+    from differank.rankers.training.callbacks import hide_progress  # Lightning: a run only
+
     lightning = logging.getLogger("pytorch_lightning")
     lightning.handlers.clear()
     lightning.propagate = True
     if quiet:
         for handler in logging.getLogger().handlers:
             if not isinstance(handler, logging.FileHandler):
-                handler.setLevel(logging.WARNING)
+                handler.addFilter(hide_progress)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")

@@ -33,6 +33,18 @@ def private_data_cache(tmp_path_factory):
     patch.undo()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_tracking_store(tmp_path_factory):
+    """logger=mlflow's store (conf/logger/mlflow.yaml) goes to a temporary folder, never to
+    ./mlflow.db in the clone; a file store, which opens in milliseconds where a new SQLite
+    store takes seconds (tests/test_tracking.py writes a SQLite store, as the default does)."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("MLFLOW_TRACKING_URI", f"file:{tmp_path_factory.mktemp('mlflow')}")
+    patch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    yield
+    patch.undo()
+
+
 @pytest.fixture
 def train_config(tmp_path):
     """Compose a run config whose run directory is a fresh temporary folder."""

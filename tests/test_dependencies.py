@@ -35,7 +35,7 @@ RULES = {
     "rankers/solvers": ({"torch"}, {LOSSES, SCORERS, SOLVERS}),
     "rankers/metrics": ({"torch", "torchmetrics", "numpy"}, {LOSSES, METRICS, DATA}),
     "rankers/training": (
-        {"torch", "torchmetrics"} | LIGHTNING,
+        {"torch", "torchmetrics", "rich"} | LIGHTNING,  # rich: the console (callbacks.py)
         {LOSSES, SCORERS, SOLVERS, METRICS, TRAINING},
     ),
     "rankers/run": (None, {LOSSES, SCORERS, SOLVERS, METRICS, TRAINING, RUN, DATA}),

@@ -12,16 +12,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from differank.datamodules import letor_text
 from differank.datamodules.reader import NUMBER
 from differank.rankers.metrics.evaluate import (
+    convention_means,
     evaluate_arrays,
     evaluate_files,
     main,
     per_query_metrics,
     read_labels_and_qids,
+    read_rows,
 )
+from tests.conftest import requires_mq2008
 from tests.oracles import letor_query_metrics_oracle, trec_query_metrics_oracle
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,7 +110,9 @@ def test_cli_prints_table_and_writes_json(tiny, tmp_path, cli):
     assert cells[0] == "2"
     assert cells[1:] == [f"{value:.4f}" for value in EXPECTED.values()]
     written = json.loads(out.read_text())
+    conventions = written.pop("conventions")
     assert written == evaluate_files([tiny[0]], tiny[1], ks=(1, 3, 5))  # the same floats
+    assert conventions == convention_means(*read_rows([tiny[0]], tiny[1]), ks=(1, 3, 5))
 
 
 @pytest.mark.slow
@@ -262,7 +268,7 @@ def test_damaged_gzip_is_an_error_naming_the_file(tiny, tmp_path, cli):
 def test_json_into_a_missing_directory_is_created(tiny, tmp_path, cli):
     out = tmp_path / "new" / "dir" / "m.json"
     assert cli(*tiny, "--json", out)[0] == 0
-    assert json.loads(out.read_text()) == evaluate_files([tiny[0]], tiny[1])
+    assert json.loads(out.read_text())["map"] == evaluate_files([tiny[0]], tiny[1])["map"]
 
 
 def test_evaluate_arrays_equals_evaluate_files(tiny):
@@ -301,3 +307,64 @@ def test_mq2008_fold_file_matches_oracle(tmp_path):
     assert len(oracle) == 156
     for key, value in means.items():
         assert value == pytest.approx(sum(q[key] for q in oracle) / len(oracle), abs=1e-12), key
+
+
+def test_convention_means_side_by_side(tiny):
+    """qid 7 is query A; qid 3 has no relevant document: 0 (letor, trec), 1, or dropped."""
+    means = convention_means(*read_rows([tiny[0]], tiny[1]), ks=(1, 3, 5))
+    assert list(means) == ["letor", "trec", "no_relevant_as_1", "no_relevant_dropped"]
+    keys = ["map", "ndcg@1", "ndcg@3", "ndcg@5"]
+    assert means["letor"] == {"queries": 2, **{k: pytest.approx(EXPECTED[k]) for k in keys}}
+    query_a = trec_query_metrics_oracle([0.5, 0.9, 0.5, 0.1], [2, 0, 1, 1], (1, 3, 5))
+    for name, queries, other in [
+        ("trec", 2, 0.0),
+        ("no_relevant_as_1", 2, 1.0),
+        ("no_relevant_dropped", 1, None),
+    ]:
+        assert means[name]["queries"] == queries
+        for key in keys:
+            expected = query_a[key] if other is None else (query_a[key] + other) / 2
+            assert means[name][key] == pytest.approx(expected, abs=1e-15), (name, key)
+
+
+def test_cli_convention_no_relevant_dropped_counts_the_kept_queries(tiny, cli):
+    code, stdout, _ = cli(*tiny, "--convention", "no_relevant_dropped")
+    assert code == 0 and stdout.splitlines()[2].startswith("| 1 |")
+
+
+def test_trec_convention_is_trec_evals(tiny):
+    """trec_eval (through ir-measures' pytrec_eval) on untied random queries, some without a
+    relevant document (trec_eval counts them as 0), agrees with convention='trec', given the
+    gains 2^label - 1 (trec_eval's own default gain is the label)."""
+    ir_measures = pytest.importorskip("ir_measures", reason="ir-measures is a dev extra")
+    g = torch.Generator().manual_seed(0)
+    qids = torch.randint(0, 40, (600,), generator=g)
+    labels = torch.randint(0, 3, (600,), generator=g).double() * (qids % 5 != 0)
+    scores = torch.randn(600, generator=g, dtype=torch.float64)
+    rows = list(enumerate(zip(qids.tolist(), labels.tolist(), scores.tolist(), strict=True)))
+    qrels = [ir_measures.Qrel(str(q), str(d), int(y)) for d, (q, y, _) in rows]
+    run = [ir_measures.ScoredDoc(str(q), str(d), s) for d, (q, _, s) in rows]
+    gains = {0: 0, 1: 1, 2: 3}
+    measures = [ir_measures.AP, *(ir_measures.nDCG(gains=gains) @ k for k in (1, 3, 10))]
+    trec_eval = ir_measures.pytrec_eval.calc_aggregate(measures, qrels, run)
+    ours = evaluate_arrays(scores, labels, qids, ks=(1, 3, 10), convention="trec")
+    assert ours["map"] == pytest.approx(trec_eval[ir_measures.AP], abs=1e-4)
+    for k in (1, 3, 10):
+        assert ours[f"ndcg@{k}"] == pytest.approx(
+            trec_eval[ir_measures.nDCG(gains=gains) @ k], abs=1e-4
+        )
+
+
+@pytest.mark.slow
+@requires_mq2008
+def test_mq2008_fold1_hinge_run_under_letor_and_trec_rules(tmp_path):
+    """The issue's reference run: one ranking, NDCG@10 0.2029 by the LETOR script and 0.4652 by
+    trec_eval's rules (docs/metrics.md#conventions)."""
+    from train import compose_run, train
+
+    overrides = ["model=linear", "loss=hinge", "data=mq2008", "data.fold=1", f"data.root={MQ2008}"]
+    train(compose_run([*overrides, "logger=csv", "quiet=true"], tmp_path), tmp_path)
+    conventions = json.loads((tmp_path / "test_metrics.json").read_text())["conventions"]
+    assert conventions["letor"]["ndcg@10"] == pytest.approx(0.2029, abs=5e-4)
+    assert conventions["trec"]["ndcg@10"] == pytest.approx(0.4652, abs=5e-4)
+    assert conventions["letor"]["map"] == conventions["trec"]["map"]  # AP has no discount

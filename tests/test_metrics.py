@@ -392,3 +392,43 @@ def test_letor_metric_ignores_empty_rows_and_validates_options():
     assert metric.compute()["map"].item() == 0.5
     with pytest.raises(ValueError, match="convention"):
         LetorMetric(convention="bad")
+
+
+# ---------------------------------------------------------------------------------------------
+# Conventions for queries without a relevant document (docs/metrics.md#conventions)
+# ---------------------------------------------------------------------------------------------
+
+RANKING_KEYS = ("map", "mean_ndcg", *(f"ndcg@{k}" for k in KS))
+
+
+def test_no_relevant_as_1_is_trec_with_1_for_queries_without_a_relevant_document():
+    queries = random_queries(200, seed=5)
+    scores, labels, mask = pack(queries, extra=2, generator=torch.Generator().manual_seed(4))
+    out = letor_metrics(scores, labels, mask, ks=KS, convention="no_relevant_as_1")
+    assert sum(max(y) == 0 for _, y in queries) > 10
+    for b, (s, y) in enumerate(queries):
+        expected = trec_query_metrics_oracle(s, y, KS)
+        if max(y) == 0:  # nothing to find: a perfect ranking (allRank, LightGBM)
+            expected.update(dict.fromkeys(RANKING_KEYS, 1.0))
+        for key, value in expected.items():
+            assert out[key][b].item() == pytest.approx(value, abs=1e-12), (b, key)
+
+
+def test_no_relevant_dropped_averages_only_queries_with_a_relevant_document():
+    queries = random_queries(90, seed=6)
+    scores, labels, mask = pack(queries, extra=1)
+    metric = LetorMetric(ks=KS, convention="no_relevant_dropped")
+    for start in range(0, len(queries), 32):
+        rows = slice(start, start + 32)
+        metric.update(scores[rows], labels[rows], mask[rows])
+    kept = [trec_query_metrics_oracle(s, y, KS) for s, y in queries if max(y) > 0]
+    assert 0 < len(kept) < len(queries) and int(metric.queries) == len(kept)
+    for key, value in metric.compute().items():
+        expected = sum(q[key] for q in kept) / len(kept)
+        assert value.item() == pytest.approx(expected, abs=1e-12), key
+
+
+@pytest.mark.parametrize("convention", ["no_relevant_as_1", "no_relevant_dropped"])
+def test_conventions_other_than_letor_refuse_the_scripts_short_list_rule(convention):
+    with pytest.raises(ValueError, match="quirk"):
+        letor_metrics(*pack([([1.0], [1])]), convention=convention, short_list="zero")

@@ -8,11 +8,10 @@ from torch import nn
 from differank.losses.ranknet import RankNetLoss
 from differank.rankers.scorers.base import Ranker
 from differank.rankers.scorers.linear import LinearRanker
+from differank.rankers.training.callbacks import ProgressBar, RunConsole
 from differank.rankers.training.module import (
     FullBatchModule,
-    ProgressBar,
     RankingModule,
-    RunConsole,
     check_loss_fits_ranker,
 )
 

@@ -44,10 +44,14 @@ def test_run_writes_checkpoints_logs_predictions_and_metrics(default_run):
         (run_dir / "tensorboard").rglob("events.*")
     )
     metrics = json.loads((run_dir / "test_metrics.json").read_text())
+    conventions = metrics.pop("conventions")  # docs/metrics.md#conventions
     assert set(metrics) == {
         "map",
         "mean_ndcg",
         *(f"{m}@{k}" for m in ("ndcg", "p") for k in (1, 3, 5, 10)),
+    }
+    assert conventions["letor"] == {"queries": conventions["letor"]["queries"]} | {
+        key: metrics[key] for key in ("map", "ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10")
     }
     assert f"{metrics['map']:.4f}" in stdout  # the printed table
     assert metrics["map"] > 0.5  # the synthetic set's planted signal is learnable (random ≈ 0.4)
@@ -76,6 +80,7 @@ def test_evaluate_cli_reproduces_test_metrics_exactly(default_run, tmp_path):
 def test_logged_test_metrics_agree_with_the_prediction_file(default_run):
     run_dir, _, _ = default_run
     written = json.loads((run_dir / "test_metrics.json").read_text())
+    written.pop("conventions")
     import csv
 
     rows = list(csv.DictReader(next((run_dir / "csv").rglob("metrics.csv")).open()))
@@ -97,7 +102,7 @@ def test_console_shows_epochs_checkpoints_and_the_tested_epoch_also_in_train_log
         assert noise not in stdout + stderr
 
 
-def test_quiet_keeps_warnings_on_the_terminal_and_every_line_in_train_log(tmp_path):
+def test_quiet_hides_progress_on_the_terminal_and_keeps_every_line_in_train_log(tmp_path):
     root, lightning = logging.getLogger(), logging.getLogger("pytorch_lightning")
     saved = root.handlers[:], lightning.handlers[:], lightning.propagate
     terminal, log_file = logging.StreamHandler(), logging.FileHandler(tmp_path / "train.log")
@@ -108,11 +113,21 @@ def test_quiet_keeps_warnings_on_the_terminal_and_every_line_in_train_log(tmp_pa
     finally:
         root.handlers[:], lightning.handlers[:], lightning.propagate = saved
         log_file.close()
-    assert (terminal.level, log_file.level) == (logging.WARNING, logging.NOTSET)
+
+    def record(name, level, message):
+        return logging.LogRecord(name, level, __file__, 1, message, None, None)
+
+    epoch = record("differank.rankers.training.callbacks", logging.INFO, "epoch 0/4  val/map 0.5")
+    set_up = record("pytorch_lightning.utilities.rank_zero", logging.INFO, "GPU available: False")
+    table = record("__main__", logging.INFO, "test metrics of epoch 3 ... outputs: RUN")
+    warning = record("pytorch_lightning.trainer", logging.WARNING, "a warning")
+    assert not terminal.filter(epoch) and not terminal.filter(set_up)
+    assert terminal.filter(table) and terminal.filter(warning)
+    assert all(log_file.filter(r) for r in (epoch, set_up, table, warning))
 
 
 def test_early_stopping_and_conerank_epochs_are_announced(tmp_path, caplog, capsys):
-    caplog.set_level(logging.INFO, logger="differank.rankers.training.module")
+    caplog.set_level(logging.INFO, logger="differank.rankers.training")
     never_better = [
         "callbacks.early_stopping.patience=1",
         "+callbacks.early_stopping.min_delta=1",

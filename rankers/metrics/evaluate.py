@@ -9,6 +9,8 @@ same reader (same rules, same cache) as training, so any file training accepts i
 same rows, labels and query grouping: rows with the same qid form one query, even when they are
 not contiguous, in file order; queries are ordered by first appearance. ``train.py`` scores the
 test split with these functions, so its ``test_metrics.json`` and this command agree exactly.
+The JSON also holds ``conventions``: MAP and NDCG@k under every convention side by side
+(:func:`convention_means`, docs/metrics.md#conventions).
 """
 
 from __future__ import annotations
@@ -24,7 +26,13 @@ from pathlib import Path
 import torch
 
 from differank.datamodules.reader import NUMBER, group_queries, read_letor_file
-from differank.rankers.metrics.letor import check_metric_options, letor_metrics, metric_keys
+from differank.rankers.metrics.letor import (
+    CONVENTIONS,
+    check_metric_options,
+    counted_queries,
+    letor_metrics,
+    metric_keys,
+)
 
 # Queries per letor_metrics call: bounds the padded [chunk, L] float64 work tensors.
 _CHUNK = 512
@@ -81,8 +89,21 @@ def per_query_metrics(
     convention: str = "letor",
     short_list: str | None = None,
 ) -> tuple[list[int], dict[str, torch.Tensor]]:
-    """The qids in order of first appearance and each key's per-query float64 values [Q]."""
+    """The qids of the evaluated queries in order of first appearance and each key's per-query
+    float64 values [Q]."""
     ks, short_list = check_metric_options(ks, convention, short_list)
+    return per_query_values(
+        *read_rows(feature_files, prediction_file),
+        ks=ks,
+        convention=convention,
+        short_list=short_list,
+    )
+
+
+def read_rows(
+    feature_files: Sequence[str | Path], prediction_file: str | Path
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Score (float64), label (float64) and qid (int64) of every row, one score per row."""
     if isinstance(feature_files, (str, Path)):
         feature_files = [feature_files]
     labels, qids = read_labels_and_qids(feature_files)
@@ -93,14 +114,7 @@ def per_query_metrics(
             f"line count mismatch: feature file(s) {names} have {len(labels)} rows but "
             f"prediction file {prediction_file} has {len(scores)} scores"
         )
-    return per_query_values(
-        torch.tensor(scores, dtype=torch.float64),
-        labels,
-        qids,
-        ks=ks,
-        convention=convention,
-        short_list=short_list,
-    )
+    return torch.tensor(scores, dtype=torch.float64), labels, qids
 
 
 def per_query_values(
@@ -114,7 +128,8 @@ def per_query_values(
 ) -> tuple[list[int], dict[str, torch.Tensor]]:
     """Per-query metrics of rows held in memory: ``scores``, ``labels`` [N], ``qids`` [N] int,
     grouped into queries by the reader's rule
-    (:func:`differank.datamodules.reader.group_queries`)."""
+    (:func:`differank.datamodules.reader.group_queries`). Under ``no_relevant_dropped`` the
+    queries without a relevant document are left out (of the qids and of the values)."""
     ks, short_list = check_metric_options(ks, convention, short_list)
     scores = torch.as_tensor(scores, dtype=torch.float64).reshape(-1)
     labels = torch.as_tensor(labels, dtype=torch.float64).reshape(-1)
@@ -130,6 +145,7 @@ def per_query_values(
     query = torch.repeat_interleave(torch.arange(len(counts)), counts)  # query of rows[i]
     starts = torch.cumsum(counts, 0) - counts
     parts: dict[str, list[torch.Tensor]] = {key: [] for key in metric_keys(ks)}
+    kept = []
     for q0 in range(0, len(counts), _CHUNK):
         q1 = min(q0 + _CHUNK, len(counts))
         lo, hi = int(starts[q0]), int(starts[q1 - 1] + counts[q1 - 1])
@@ -148,10 +164,16 @@ def per_query_values(
             convention=convention,
             short_list=short_list,
         )
+        counted = counted_queries(labels[index], mask, convention)
+        kept.append(counted)
         for key, value in values.items():
-            parts[key].append(value)
+            parts[key].append(value[counted])
     empty = torch.zeros(0, dtype=torch.float64)
-    return query_ids.tolist(), {key: torch.cat(v) if v else empty for key, v in parts.items()}
+    counted = torch.cat(kept) if kept else torch.zeros(0, dtype=torch.bool)
+    evaluated = [
+        qid for qid, keep in zip(query_ids.tolist(), counted.tolist(), strict=True) if keep
+    ]
+    return evaluated, {key: torch.cat(v) if v else empty for key, v in parts.items()}
 
 
 def dataset_means(values: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -198,6 +220,25 @@ def evaluate_arrays(
     return dataset_means(values)
 
 
+def convention_means(
+    scores, labels, qids, ks: Sequence[int] = (1, 3, 5, 10)
+) -> dict[str, dict[str, float]]:
+    """MAP and NDCG@k of the same rows under every convention side by side
+    (docs/metrics.md#conventions): ``{convention: {"queries": Q, "map": .., "ndcg@k": ..}}``,
+    Q the number of queries the means count. ``test_metrics.json`` and the evaluator's JSON
+    hold it as ``"conventions"``."""
+    side_by_side = {}
+    for convention in CONVENTIONS:
+        qids_kept, values = per_query_values(scores, labels, qids, ks=ks, convention=convention)
+        if not qids_kept:  # e.g. no query has a relevant document: nothing to average
+            side_by_side[convention] = {"queries": 0}
+            continue
+        means = dataset_means(values)
+        chosen = ("map", *(f"ndcg@{k}" for k in ks))
+        side_by_side[convention] = {"queries": len(qids_kept), **{k: means[k] for k in chosen}}
+    return side_by_side
+
+
 def _label(key: str) -> str:
     """Column names as the script prints them: MAP, MeanNDCG, NDCG@k, P@k."""
     if key in ("map", "mean_ndcg"):
@@ -217,13 +258,20 @@ def format_table(means: dict[str, float], num_queries: int) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m differank.rankers.metrics.evaluate",
-        description="LETOR-4.0-exact MAP / MeanNDCG / NDCG@k / P@k of a prediction file.",
+        description="LETOR-4.0-exact (or --convention) MAP / MeanNDCG / NDCG@k / P@k of a "
+        "prediction file.",
     )
     parser.add_argument(
         "files", nargs="+", metavar="FILE", help="FEATURE_FILE [FEATURE_FILE ...] PREDICTION_FILE"
     )
     parser.add_argument("--ks", nargs="+", type=int, default=[1, 3, 5, 10])
-    parser.add_argument("--convention", choices=["letor", "trec"], default="letor")
+    parser.add_argument(
+        "--convention",
+        choices=CONVENTIONS,
+        default="letor",
+        help="the rules of the printed table and the JSON's top level (docs/metrics.md); the "
+        "JSON's 'conventions' holds MAP and NDCG@k under every convention",
+    )
     parser.add_argument(
         "--short-list",
         choices=["zero", "ndcg_at_n"],
@@ -236,18 +284,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("need at least one FEATURE_FILE and a PREDICTION_FILE")
     *features, predictions = args.files
     try:
-        qids, values = per_query_metrics(
-            features,
-            predictions,
-            ks=args.ks,
-            convention=args.convention,
-            short_list=args.short_list,
+        ks, short_list = check_metric_options(args.ks, args.convention, args.short_list)
+        rows = read_rows(features, predictions)
+        qids, values = per_query_values(
+            *rows, ks=ks, convention=args.convention, short_list=short_list
         )
         means = dataset_means(values)
         print(format_table(means, len(qids)))
         if args.json is not None:
+            record = {**means, "conventions": convention_means(*rows, ks=ks)}
             args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(means, indent=2) + "\n")
+            args.json.write_text(json.dumps(record, indent=2) + "\n")
     except (ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

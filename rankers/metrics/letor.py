@@ -13,9 +13,13 @@ docs/metrics.md#ndcg-beyond-the-list-length);
 * P@k = #relevant in the first min(k, n) / k; AP = (1/R) sum_{p relevant} (#rel in top p) / p;
 * MeanNDCG = mean of NDCG@1..NDCG@n over all n positions of the query.
 
-``convention="trec"`` switches to the common discount ``1/log2(1+p)`` and NDCG@k = NDCG@n for
-k > n. ``short_list="ndcg_at_n"`` keeps the LETOR discount but reports the intended NDCG@n for
-k > n. The choice is always explicit; the two conventions are never mixed silently.
+``convention`` names the rules of one evaluation tool (docs/metrics.md#conventions): ``"letor"``
+(the default, above), ``"trec"`` (trec_eval: discount ``1/log2(1+p)``, NDCG@k = NDCG@n for
+k > n), and two that differ from ``trec`` only for queries without a relevant document:
+``"no_relevant_as_1"`` (allRank, LightGBM: their NDCG and AP are 1) and ``"no_relevant_dropped"``
+(the DASALC paper: they are left out of the dataset means, :func:`counted_queries`).
+``short_list="ndcg_at_n"`` keeps the LETOR discount but reports the intended NDCG@n for k > n.
+The choice is always explicit; conventions are never mixed silently.
 
 Everything is float64 and vectorised over queries; every per-query value is a running sum over
 positions (``cumsum``), so appending padding never changes a query's value.
@@ -34,7 +38,9 @@ import torchmetrics
 
 from differank.losses.inputs import check_list_inputs
 
-CONVENTIONS = ("letor", "trec")
+CONVENTIONS = ("letor", "trec", "no_relevant_as_1", "no_relevant_dropped")
+# What the dataset means do with a query without a relevant document, per convention.
+NO_RELEVANT = {"no_relevant_as_1": "one", "no_relevant_dropped": "drop"}  # others: count it as 0
 SHORT_LIST_RULES = ("zero", "ndcg_at_n")
 _LN2 = math.log(2.0)
 
@@ -58,10 +64,10 @@ def check_metric_options(
         raise ValueError(
             f"short_list must be None or one of {SHORT_LIST_RULES}, got {short_list!r}"
         )
-    if convention == "trec" and short_list == "zero":
+    if convention != "letor" and short_list == "zero":
         raise ValueError(
-            "short_list='zero' is the LETOR script's quirk; convention='trec' always reports "
-            "NDCG@k = NDCG@n for k > n (use convention='letor' for the script's rule)"
+            f"short_list='zero' is the LETOR script's quirk; convention={convention!r} always "
+            "reports NDCG@k = NDCG@n for k > n (use convention='letor' for the script's rule)"
         )
     if short_list is None:
         short_list = "zero" if convention == "letor" else "ndcg_at_n"
@@ -102,9 +108,18 @@ def letor_ranking(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return by_score.gather(1, padded_last.indices)
 
 
+def counted_queries(labels: torch.Tensor, mask: torch.Tensor, convention: str) -> torch.Tensor:
+    """The rows [B] a dataset mean counts: queries (rows with a real document) and, under
+    ``no_relevant_dropped``, only those with a relevant one (label > 0)."""
+    counted = mask.any(dim=1)
+    if NO_RELEVANT.get(convention) == "drop":
+        counted = counted & (mask & (labels > 0)).any(dim=1)
+    return counted
+
+
 def _discounted(gains: torch.Tensor, convention: str) -> torch.Tensor:
     """``gain(p) * D(p)`` at 1-based positions p, with the script's operation order
-    ``gain * log(2) / log(p)`` (LETOR, p >= 3) or ``gain * log(2) / log(p + 1)`` (trec)."""
+    ``gain * log(2) / log(p)`` (LETOR, p >= 3) or ``gain * log(2) / log(p + 1)`` (the others)."""
     p = torch.arange(1, gains.shape[1] + 1, dtype=torch.float64, device=gains.device)
     if convention == "letor":
         return torch.where(p > 2, gains * _LN2 / torch.log(p.clamp(min=3.0)), gains)
@@ -130,7 +145,10 @@ def letor_metrics(
         mask: True = real document (authoritative; padded slots may hold NaN anywhere).
         ks: cut-offs for ``ndcg@k`` and ``p@k``.
         convention: ``"letor"`` (``Eval-Score-4.0.pl``: ``D(1) = D(2) = 1``, ``D(p) = 1/log2 p``)
-            or ``"trec"`` (``D(p) = 1/log2(1 + p)``, NDCG@k = NDCG@n for k > n).
+            or ``"trec"`` (``D(p) = 1/log2(1 + p)``, NDCG@k = NDCG@n for k > n);
+            ``"no_relevant_as_1"`` is ``trec`` with NDCG, MeanNDCG and AP 1 for a query without
+            a relevant document; ``"no_relevant_dropped"`` is ``trec`` here (the means drop those
+            queries: :func:`counted_queries`).
         short_list: NDCG@k for k > n: ``"zero"`` (the script) or ``"ndcg_at_n"`` (the intended
             value); ``None`` takes the convention's rule (letor: zero, trec: ndcg_at_n).
 
@@ -170,9 +188,10 @@ def letor_metrics(
     ranked = labels.gather(1, order)  # padded slots sit after position n with label 0
 
     # NDCG at every position 1..L; beyond n the running sums stay at DCG@n and IDCG@n.
-    dcg = torch.cumsum(_discounted(torch.pow(2.0, ranked) - 1.0, convention), dim=1)
+    discount = "letor" if convention == "letor" else "trec"
+    dcg = torch.cumsum(_discounted(torch.pow(2.0, ranked) - 1.0, discount), dim=1)
     ideal = torch.sort(labels, dim=1, descending=True).values
-    idcg = torch.cumsum(_discounted(torch.pow(2.0, ideal) - 1.0, convention), dim=1)
+    idcg = torch.cumsum(_discounted(torch.pow(2.0, ideal) - 1.0, discount), dim=1)
     has_ideal = idcg > 0
     ndcg = torch.where(has_ideal, dcg / torch.where(has_ideal, idcg, 1.0), 0.0)  # [B, L]
 
@@ -196,6 +215,10 @@ def letor_metrics(
         if short_list == "zero":
             at_k = torch.where(n >= k, at_k, 0.0)
         out[f"ndcg@{k}"] = at_k
+    if NO_RELEVANT.get(convention) == "one":
+        perfect = (n > 0) & (num_rel == 0)  # nothing to find, so nothing missed
+        for key in ("map", "mean_ndcg", *(f"ndcg@{k}" for k in ks)):
+            out[key] = torch.where(perfect, 1.0, out[key])
     for k in ks:
         # Holes beyond n count as irrelevant and the division is still by k.
         out[f"p@{k}"] = hits[:, min(k, length) - 1] / float(k)
@@ -208,7 +231,8 @@ class LetorMetric(torchmetrics.Metric):
 
     States are float64 per-key sums and the number of queries, summed across processes, so the
     result is the plain mean over every query seen. Rows without a real document are not
-    queries (they exist only as padding) and are not counted.
+    queries (they exist only as padding) and are not counted; under ``no_relevant_dropped``
+    neither are queries without a relevant document.
     """
 
     full_state_update = False
@@ -240,9 +264,11 @@ class LetorMetric(torchmetrics.Metric):
             ks=self.ks,
             convention=self.convention,
             short_list=self.short_list,
-        )  # empty rows give 0 everywhere, so they add nothing to the sums
-        self.sums = self.sums + torch.stack([per_query[key].sum() for key in self.keys])
-        self.queries = self.queries + mask.any(dim=1).sum()
+        )
+        counted = counted_queries(labels, mask, self.convention)
+        sums = [torch.where(counted, per_query[key], 0.0).sum() for key in self.keys]
+        self.sums = self.sums + torch.stack(sums)
+        self.queries = self.queries + counted.sum()
 
     def compute(self) -> dict[str, torch.Tensor]:
         means = self.sums / self.queries.clamp(min=1).to(torch.float64)

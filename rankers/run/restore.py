@@ -103,14 +103,17 @@ def build_run(cfg: DictConfig, trusted: bool):
     """``(datamodule, model)`` of ``cfg``: Hydra instantiates a config the user composed
     (``trusted``); one restored from a checkpoint is built only by the guarded builder."""
     check_data_root(cfg.data)
+    metrics = {"metric_convention": cfg.metrics.convention}  # the command line's, never restored
     if trusted:
         datamodule = instantiate(cfg.data)
         loss = instantiate(cfg.loss)
-        return datamodule, instantiate(cfg.model, loss=loss, n_features=datamodule.n_features)
+        model = instantiate(cfg.model, loss=loss, n_features=datamodule.n_features, **metrics)
+        return datamodule, model
     nodes = {group: OmegaConf.to_container(cfg[group], resolve=True) for group in RESTORED}
     datamodule = build(nodes["data"], "data")
     loss = build(nodes["loss"], "loss")
-    return datamodule, build(nodes["model"], "model", loss=loss, n_features=datamodule.n_features)
+    model = build(nodes["model"], "model", loss=loss, n_features=datamodule.n_features, **metrics)
+    return datamodule, model
 
 
 def check_data_root(data: DictConfig) -> None:

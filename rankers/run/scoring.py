@@ -4,8 +4,8 @@ Public API::
 
     read_letor_files(paths, n_features, nan_policy="error", null_value=None) -> LetorSplit
     score_split(scorer, split, batch_size=128) -> float64 [rows]   # in source-file row order
-    write_predictions(out, scores, split, evaluate, ks) -> metrics | None
-    metrics_table(values) -> str
+    write_predictions(out, scores, split, evaluate, ks, convention) -> metrics | None
+    metrics_table(values, convention) -> str
 
 :func:`read_letor_files` reads any LETOR files as they are (raw features, no fold layout, no
 training split): what ``task=test|predict files=[...]`` scores with the checkpoint's own
@@ -33,7 +33,7 @@ from torch import nn
 from differank.datamodules.collate import collate_queries
 from differank.datamodules.letor import LetorQueryDataset, LetorSplit
 from differank.datamodules.reader import group_queries, read_letor_file
-from differank.rankers.metrics.evaluate import evaluate_arrays
+from differank.rankers.metrics.evaluate import convention_means, evaluate_arrays
 from differank.rankers.run.export import write_trec_qrels, write_trec_run
 from differank.rankers.training.module import scores_in_row_order
 
@@ -99,7 +99,12 @@ def score_split(scorer: nn.Module, split: LetorSplit, batch_size: int = 128) -> 
 
 
 def write_predictions(
-    out: Path, scores: torch.Tensor, split: LetorSplit, evaluate: bool, ks: Sequence[int]
+    out: Path,
+    scores: torch.Tensor,
+    split: LetorSplit,
+    evaluate: bool,
+    ks: Sequence[int],
+    convention: str = "letor",
 ) -> dict[str, float] | None:
     """The run's files about ``split`` (module docstring); its metrics when ``evaluate``."""
     predictions = Path(out) / "predictions"
@@ -111,14 +116,17 @@ def write_predictions(
     if not evaluate:
         return None
     write_trec_qrels(predictions / "test.qrels", qids, docids, split.labels)
-    values = evaluate_arrays(scores, split.labels, split.qids, ks=ks)
-    (Path(out) / "test_metrics.json").write_text(json.dumps(values, indent=2) + "\n")
+    values = evaluate_arrays(scores, split.labels, split.qids, ks=ks, convention=convention)
+    # every convention side by side (docs/metrics.md#conventions); the top level is `convention`
+    conventions = convention_means(scores, split.labels, split.qids, ks=ks)
+    record = {**values, "conventions": conventions}
+    (Path(out) / "test_metrics.json").write_text(json.dumps(record, indent=2) + "\n")
     return values
 
 
-def metrics_table(values: dict[str, float]) -> str:
+def metrics_table(values: dict[str, float], convention: str = "letor") -> str:
     """``values`` as the console's two-column table."""
-    table = Table("metric", "test")
+    table = Table("metric", f"test ({convention})")
     for key, value in values.items():
         table.add_row(key, f"{value:.4f}")
     text = io.StringIO()

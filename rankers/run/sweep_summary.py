@@ -5,7 +5,9 @@ Configured in ``conf/hydra/default.yaml`` as a Hydra callback (``_target_:
 differank.rankers.run.sweep_summary.SweepSummary``), so it works with any sweeper (basic grid,
 Optuna) and launcher (in-process, submitit): each job writes ``job.json`` into its own folder from
 the job's process, and the end of the sweep, in the launching process, gathers them into
-``summary.csv`` and ``summary.md`` in the sweep folder and prints the table. Part of the Hydra
+``summary.csv`` and ``summary.md`` in the sweep folder and prints the table. When a setting ran
+with several seeds (``seed=0,1,2``), ``summary_seeds.csv`` and a second table in ``summary.md``
+give each setting's mean ± std over its seeds. Part of the Hydra
 harness beside ``rankers/training/module.py``: it imports Hydra and Rich, never the losses.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
+
+FLAT = ("overrides", "seeds")  # the columns of over_seeds that are not (mean, std) pairs
 
 
 class SweepSummary(Callback):
@@ -70,6 +75,28 @@ class SweepSummary(Callback):
         for row in rows:
             table.add_row(*(_cell(row.get(c)) for c in columns))
         Console(width=max(120, 14 * len(columns))).print(table)
+        settings = over_seeds(rows)
+        if any(setting["seeds"] > 1 for setting in settings):
+            self._write_over_seeds(sweep_dir, settings)
+
+    def _write_over_seeds(self, sweep_dir: Path, settings: list[dict[str, Any]]) -> None:
+        """``summary_seeds.csv`` (mean and std columns) and a mean ± std table appended to
+        ``summary.md`` and printed."""
+        columns = list(dict.fromkeys(key for row in settings for key in row))
+        with open(sweep_dir / f"{self.filename}_seeds.csv", "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(_flat_header(columns))
+            writer.writerows(_flat_row(row, columns) for row in settings)
+        cells = [[_spread(row.get(c)) for c in columns] for row in settings]
+        title = "Mean ± std over seeds (std: sample standard deviation, n − 1)"
+        lines = ["", title, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        lines += ["| " + " | ".join(row) + " |" for row in cells]
+        with open(sweep_dir / f"{self.filename}.md", "a") as handle:
+            handle.write("\n".join(lines) + "\n")
+        table = Table(*columns, title=title)
+        for row in cells:
+            table.add_row(*row)
+        Console(width=max(120, 20 * len(columns))).print(table)
 
 
 def summarize(sweep_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
@@ -81,7 +108,9 @@ def summarize(sweep_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
         row = json.loads(record.read_text())
         metrics = record.parent / "test_metrics.json"
         if metrics.is_file():
-            row.update(json.loads(metrics.read_text()))
+            values = json.loads(metrics.read_text())
+            values.pop("conventions", None)  # the side-by-side table stays in each job's file
+            row.update(values)
         row["seconds"] = row.pop("seconds")  # last column
         rows.append(row)
     rows.sort(key=lambda row: row["job"])
@@ -92,6 +121,50 @@ def summarize(sweep_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
     for row in rows:
         row["overrides"] = " ".join(o for o in row["overrides"] if o not in shared)
     return rows, common
+
+
+def over_seeds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per setting (a job's differing overrides without ``seed=...``), in job order:
+    ``overrides``, ``seeds`` (its completed jobs) and ``(mean, std)`` of every number column
+    (``value``, the test metrics, ``seconds``) over them; std is the sample standard deviation
+    (n − 1), 0 for a single seed."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row["status"] != "ok":
+            continue
+        setting = " ".join(o for o in row["overrides"].split() if not o.startswith("seed="))
+        groups.setdefault(setting, []).append(row)
+    settings = []
+    for setting, members in groups.items():
+        numbers = [
+            key
+            for key in dict.fromkeys(k for row in members for k in row)
+            if key != "job" and all(isinstance(row.get(key), (int, float)) for row in members)
+        ]
+        summary: dict[str, Any] = {"overrides": setting or "(every job)", "seeds": len(members)}
+        for key in numbers:
+            values = [float(row[key]) for row in members]
+            summary[key] = (statistics.fmean(values), _sample_std(values))
+        settings.append(summary)
+    return settings
+
+
+def _sample_std(values: list[float]) -> float:
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def _spread(value: Any) -> str:
+    if isinstance(value, tuple):
+        return f"{value[0]:.4f} ± {value[1]:.4f}"
+    return _cell(value)
+
+
+def _flat_header(columns: list[str]) -> list[str]:
+    return [name for c in columns for name in ((c,) if c in FLAT else (f"{c}_mean", f"{c}_std"))]
+
+
+def _flat_row(row: dict[str, Any], columns: list[str]) -> list[Any]:
+    return [v for c in columns for v in ((row.get(c),) if c in FLAT else row.get(c, ("", "")))]
 
 
 def _cell(value: Any) -> str:

@@ -51,6 +51,7 @@ NOISY_WARNINGS = (
     r".*does not have many workers",  # the LETOR loaders are in-memory; workers do not help
     r"You are using a custom batch sampler",  # ours shards queries itself (DDP)
     r"The `srun` command is available",  # a SLURM login node running a local job
+    r"MLFlow only allows",  # its '@' -> '' renaming of ndcg@k, p@k (conf/logger/mlflow.yaml)
 )
 
 
@@ -154,9 +155,14 @@ def score_files(cfg: DictConfig, checkpoint: dict, run_dir: Path, files: list[st
     scores = score_split(scorer, split, batch_size=data.get("eval_batch_size", 128))
     weights = describe_checkpoint(checkpoint, cfg.monitor)
     metrics = write_predictions(
-        run_dir, scores, split, evaluate=cfg.task == "test", ks=module.test_metrics.ks
+        run_dir,
+        scores,
+        split,
+        evaluate=cfg.task == "test",
+        ks=module.test_metrics.ks,
+        convention=cfg.metrics.convention,
     )
-    report(run_dir, metrics, weights)
+    report(run_dir, metrics, weights, cfg.metrics.convention)
 
 
 def make_trainer(cfg: DictConfig) -> pl.Trainer:
@@ -181,16 +187,21 @@ def write_lightning_outputs(cfg, trainer, model, datamodule, run_dir: Path, weig
     scores = model.scores_by_row(datamodule.num_rows("test"))
     split = datamodule.split_data("test")
     metrics = write_predictions(
-        run_dir, scores, split, evaluate=cfg.task != "predict", ks=model.test_metrics.ks
+        run_dir,
+        scores,
+        split,
+        evaluate=cfg.task != "predict",
+        ks=model.test_metrics.ks,
+        convention=model.test_metrics.convention,
     )
-    report(run_dir, metrics, weights)
+    report(run_dir, metrics, weights, cfg.metrics.convention)
 
 
-def report(run_dir: Path, metrics: dict[str, float] | None, weights: str) -> None:
+def report(run_dir: Path, metrics: dict[str, float] | None, weights: str, convention: str) -> None:
     if metrics is None:
         log.info("predictions of %s: %s", weights, run_dir / "predictions")
     else:
-        table = metrics_table(metrics)
+        table = metrics_table(metrics, convention)
         log.info("test metrics of %s:\n%s\noutputs: %s", weights, table, run_dir)
 
 

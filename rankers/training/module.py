@@ -3,14 +3,18 @@
 ``RankingModule`` trains any :class:`~differank.rankers.scorers.base.Ranker` with any loss by
 gradient steps; ``FullBatchModule`` trains with a full-batch solver (coordinate descent, cutting
 planes). Both share :class:`EvaluationModule`: LETOR-exact validation/test metrics and the test
-scores that ``train.py`` writes as a prediction file. :class:`RunConsole` and :class:`ProgressBar`
-are the callbacks that make a run readable while it trains (``conf/callbacks/default.yaml``).
+scores that ``train.py`` writes as a prediction file. The console callbacks (``RunConsole``,
+``ProgressBar``) moved to :mod:`differank.rankers.training.callbacks`; their old names here
+still work for one release, with a DeprecationWarning.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import logging
+import math
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -69,17 +73,40 @@ def scores_in_row_order(
     return by_row
 
 
+def warmup_cosine(
+    optimizer: torch.optim.Optimizer, total_steps: int, warmup_fraction: float = 0.1
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warm-up, then cosine decay (``conf/model/scheduler/warmup_cosine.yaml``): with
+    ``W = round(warmup_fraction · total_steps)`` warm-up steps, the learning rate times
+    ``(step + 1) / (W + 1)`` for the 0-based steps before W, then ``(1 + cos(π·t)) / 2``, t going
+    from 0 to 1 over the remaining steps."""
+    if not 0 <= warmup_fraction < 1:
+        raise ValueError(f"warmup_fraction must be in [0, 1), got {warmup_fraction}")
+    warmup_steps = round(warmup_fraction * total_steps)
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / (warmup_steps + 1)  # never 0: the first step already moves
+        t = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+        return 0.5 * (1.0 + math.cos(math.pi * min(t, 1.0)))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
 class EvaluationModule(pl.LightningModule):
     """Validation and test with LETOR-exact metrics; keeps the test (or predict) scores per
     source row, gathered from every process under DDP."""
 
-    def __init__(self, ranker: Ranker, loss: nn.Module, ks: Sequence[int]) -> None:
+    def __init__(
+        self, ranker: Ranker, loss: nn.Module, ks: Sequence[int], metric_convention: str = "letor"
+    ) -> None:
         super().__init__()
         check_loss_fits_ranker(ranker, loss)
         self.ranker = ranker
         self.loss = loss
-        self.val_metrics = LetorMetric(ks)
-        self.test_metrics = LetorMetric(ks)
+        # train.py passes metrics.convention (docs/metrics.md#conventions): val/* and test/*
+        self.val_metrics = LetorMetric(ks, convention=metric_convention)
+        self.test_metrics = LetorMetric(ks, convention=metric_convention)
         self.test_rows: list[torch.Tensor] = []
         self.test_scores: list[torch.Tensor] = []
         # What train.py saves with every checkpoint (resolved config, data fingerprint); it must
@@ -100,17 +127,35 @@ class EvaluationModule(pl.LightningModule):
             return self.ranker(features, mask)
         return self.ranker(features)
 
-    def batch_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The only place a ranker's output meets a loss."""
-        if self.ranker.uses_mask:
-            target = self.ranker.loss_target(batch["features"], batch["mask"])
-        else:
-            target = self.ranker.loss_target(batch["features"])
+    def batch_loss(
+        self, batch: dict[str, torch.Tensor], target: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The only place a ranker's output meets a loss; ``target``: the batch's
+        ``loss_target``, when already computed."""
+        if target is None:
+            target = self.loss_target(batch)
         return self.loss(target, batch["labels"], batch["mask"], **self.ranker.loss_inputs())
 
+    def loss_target(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.ranker.uses_mask:
+            return self.ranker.loss_target(batch["features"], batch["mask"])
+        return self.ranker.loss_target(batch["features"])
+
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        scores = self(batch["features"], batch["mask"])
+        target = self.loss_target(batch)
+        # a scalar ranker's loss target is its scores [B, L]; a feature-space one's is [B, L, D]
+        scores = target if target.dim() == 2 else self(batch["features"], batch["mask"])
         self.val_metrics.update(scores, batch["labels"], batch["mask"])
+        # the training objective on the validation queries (without the weight penalty)
+        size = batch["mask"].shape[0]
+        self.log("val/loss", self.batch_loss(batch, target), batch_size=size, sync_dist=True)
+
+    def on_fit_start(self) -> None:
+        """Every logger gets the run's resolved config as its hyperparameters (TensorBoard's
+        hparams.yaml, W&B's config, MLflow's params), flattened to ``group.key`` names."""
+        if self.run_record:
+            for logger in self.trainer.loggers:
+                logger.log_hyperparams(self.run_record["config"])
 
     def on_validation_epoch_end(self) -> None:
         self._log_metrics("val", self.val_metrics)
@@ -197,6 +242,12 @@ class RankingModule(EvaluationModule):
         augment_noise: standard deviation of Gaussian noise added to the (normalised) features
             of the real documents of every training batch; validation, test and prediction see
             the data as it is. 0 (default): no noise.
+        scheduler: ``None`` (a constant learning rate) or a factory
+            ``scheduler(optimizer, total_steps=N) -> LRScheduler`` (a Hydra partial, e.g.
+            :func:`warmup_cosine`), stepped after every optimizer step; N is the run's
+            ``trainer.estimated_stepping_batches``.
+        metric_convention: the rules of ``val/*`` and ``test/*`` (docs/metrics.md#conventions);
+            ``train.py`` passes ``metrics.convention``.
     """
 
     def __init__(
@@ -209,13 +260,16 @@ class RankingModule(EvaluationModule):
         l2: float = 0.0,
         ks: Sequence[int] = (1, 3, 5, 10),
         augment_noise: float = 0.0,
+        scheduler: Callable[..., torch.optim.lr_scheduler.LRScheduler] | None = None,
+        metric_convention: str = "letor",
     ) -> None:
         if l1 < 0 or l2 < 0:
             raise ValueError(f"l1 and l2 must be >= 0, got l1={l1}, l2={l2}")
         if not augment_noise >= 0:
             raise ValueError(f"augment_noise must be >= 0, got {augment_noise}")
-        super().__init__(ranker(n_features=n_features), loss, ks)
+        super().__init__(ranker(n_features=n_features), loss, ks, metric_convention)
         self.make_optimizer = optimizer
+        self.make_scheduler = scheduler
         self.l1, self.l2 = float(l1), float(l2)
         self.augment_noise = float(augment_noise)
 
@@ -255,8 +309,13 @@ class RankingModule(EvaluationModule):
         super().optimizer_step(*args, **kwargs)
         self.ranker.constrain()
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return self.make_optimizer(self.parameters())
+    def configure_optimizers(self) -> torch.optim.Optimizer | dict[str, Any]:
+        optimizer = self.make_optimizer(self.parameters())
+        if self.make_scheduler is None:
+            return optimizer
+        steps = int(self.trainer.estimated_stepping_batches)
+        schedule = self.make_scheduler(optimizer, total_steps=steps)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
 
 class FullBatchModule(EvaluationModule):
@@ -275,14 +334,16 @@ class FullBatchModule(EvaluationModule):
         loss: nn.Module,
         n_features: int,
         ks: Sequence[int] = (1, 3, 5, 10),
+        metric_convention: str = "letor",
     ) -> None:
         fitted = solver(n_features=n_features)
-        super().__init__(fitted.ranker, loss, ks)
+        super().__init__(fitted.ranker, loss, ks, metric_convention)
         self.solver = fitted
         self.automatic_optimization = False
         self.train_batch: dict[str, torch.Tensor] | None = None
 
     def on_fit_start(self) -> None:
+        super().on_fit_start()
         batch = self.trainer.datamodule.full_batch("train")
         self.train_batch = {key: value.to(self.device) for key, value in batch.items()}
         # One solver step per epoch: the loader's batches only pace the epochs, so draw just one
@@ -317,104 +378,17 @@ class FullBatchModule(EvaluationModule):
         return torch.optim.SGD(self.ranker.parameters(), lr=0.0)
 
 
-class ProgressBar(pl.callbacks.RichProgressBar):
-    """Lightning's Rich progress bar showing the metrics logged with ``prog_bar=True``
-    (``train/loss``, ``val/map``) and nothing else (no logger version ``v_num``)."""
-
-    def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
-        items = super().get_metrics(trainer, pl_module)
-        items.pop("v_num", None)
-        return items
+MOVED_TO_CALLBACKS = ("ProgressBar", "RunConsole")  # conf targets of differank <= 0.1
 
 
-class RunConsole(pl.Callback):
-    """The run's console lines, through :mod:`logging` (so Hydra also writes them to the run's
-    ``train.log``): one line per validation epoch with the monitored metric and the best so far,
-    a line when the checkpoint of the best epoch improves and one when early stopping fires.
-
-    ModelCheckpoint and EarlyStopping act at the end of the training epoch, after every other
-    callback, so an epoch's lines are written when the next epoch starts or training ends.
-
-    Args:
-        monitor: the validation metric checkpointing and early stopping watch (``val/map``).
-        mode: ``"max"`` or ``"min"``, as for those callbacks.
-    """
-
-    def __init__(self, monitor: str = "val/map", mode: str = "max") -> None:
-        if mode not in ("max", "min"):
-            raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
-        self.monitor, self.mode = monitor, mode
-        self.best: float | None = None
-        self.best_epoch: int | None = None
-        self.saved_score: float | None = None
-        self.pending: tuple[int, float] | None = None  # (epoch, value) validated, not yet shown
-
-    def state_dict(self) -> dict[str, Any]:  # a resumed run keeps its best so far
-        return {"best": self.best, "best_epoch": self.best_epoch}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.best, self.best_epoch = state_dict["best"], state_dict["best_epoch"]
-
-    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.saved_score = _best_score(trainer)
-
-    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        metrics = trainer.callback_metrics
-        if not trainer.sanity_checking and self.monitor in metrics:
-            self.pending = (trainer.current_epoch, float(metrics[self.monitor]))
-
-    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._report(trainer)
-
-    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._report(trainer)
-
-    def _report(self, trainer: pl.Trainer) -> None:
-        if self.pending is None or not trainer.is_global_zero:
-            return
-        (epoch, value), self.pending = self.pending, None
-        if self.best is None or (value > self.best if self.mode == "max" else value < self.best):
-            self.best, self.best_epoch = value, epoch
-        metrics = trainer.callback_metrics
-        loss = f"train/loss {float(metrics['train/loss']):.4f}  " if "train/loss" in metrics else ""
-        log.info(
-            "epoch %d/%d  %s%s %.4f  best %.4f (epoch %d)",
-            epoch,
-            trainer.max_epochs - 1,
-            loss,
-            self.monitor,
-            value,
-            self.best,
-            self.best_epoch,
+def __getattr__(name: str) -> Any:
+    """``differank.rankers.training.module.RunConsole`` / ``ProgressBar``: the old names."""
+    if name in MOVED_TO_CALLBACKS:
+        warnings.warn(
+            f"differank.rankers.training.module.{name} moved to "
+            f"differank.rankers.training.callbacks.{name}; the old name goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
         )
-        score = _best_score(trainer)
-        if score is not None and score != self.saved_score:
-            self.saved_score = score
-            log.info(
-                "  checkpoint: %s improved to %.4f, saved %s",
-                self.monitor,
-                score,
-                trainer.checkpoint_callback.best_model_path,
-            )
-        for stopper in trainer.early_stopping_callbacks:
-            if trainer.should_stop and stopper.stopped_epoch == epoch:
-                waited = stopper.wait_count >= stopper.patience
-                reason = (
-                    f"has not improved for {stopper.wait_count} validations "
-                    f"(patience {stopper.patience})"
-                    if waited
-                    else f"= {value:.4f}"
-                )
-                log.info(
-                    "  early stopping: %s %s; best %.4f at epoch %d",
-                    stopper.monitor,
-                    reason,
-                    self.best,
-                    self.best_epoch,
-                )
-
-
-def _best_score(trainer: pl.Trainer) -> float | None:
-    checkpoint = trainer.checkpoint_callback
-    score = checkpoint.best_model_score if checkpoint is not None else None
-    return None if score is None else float(score)
+        return getattr(importlib.import_module("differank.rankers.training.callbacks"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,147 @@
+"""The callbacks and logging pieces that make a run readable on a console: :class:`ProgressBar`
+and :class:`RunConsole` (``conf/callbacks/default.yaml``), the terminal's log handler
+(:func:`console_handler`, ``conf/hydra/job_logging/differank.yaml``) and what ``quiet=true``
+hides there (:func:`is_progress`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import pytorch_lightning as pl
+import rich
+from rich.console import Console
+from rich.logging import RichHandler
+
+log = logging.getLogger(__name__)
+# Loggers whose INFO lines report progress (epochs, checkpoints, a solver's convergence,
+# Lightning's set-up lines): what quiet=true hides on the terminal, never in train.log.
+PROGRESS_LOGGERS = ("differank.rankers.training", "pytorch_lightning", "lightning")
+WIDE_COLUMNS = 160  # the console's width when stdout is a file or a pipe (no terminal to fit)
+
+
+def is_progress(record: logging.LogRecord) -> bool:
+    """An INFO (or lower) line about training progress; warnings never are."""
+    return record.levelno < logging.WARNING and record.name.startswith(PROGRESS_LOGGERS)
+
+
+def hide_progress(record: logging.LogRecord) -> bool:
+    """A ``logging`` filter for the terminal's handler under ``quiet=true``."""
+    return not is_progress(record)
+
+
+def console_handler(console: Console | None = None, **rich_options: Any) -> logging.Handler:
+    """The terminal's log handler: Rich's on a terminal (lines print above the live progress
+    bar); a plain stream handler on stdout when stdout is a file or a pipe (a SLURM ``.out``,
+    ``| tee``), where Rich would wrap every line at its 80-column default and pad it. There the
+    console also widens to ``WIDE_COLUMNS`` (unless ``COLUMNS`` is set), for the progress bar."""
+    console = console or rich.get_console()  # the progress bar's console
+    if console.is_terminal:
+        return RichHandler(console=console, **rich_options)
+    if "COLUMNS" not in os.environ:  # the progress bar's lines too: Rich's default is 80
+        console.width = max(console.width, WIDE_COLUMNS)
+    return logging.StreamHandler(console.file)
+
+
+class ProgressBar(pl.callbacks.RichProgressBar):
+    """Lightning's Rich progress bar showing the metrics logged with ``prog_bar=True``
+    (``train/loss``, ``val/map``) and nothing else (no logger version ``v_num``)."""
+
+    def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
+        items = super().get_metrics(trainer, pl_module)
+        items.pop("v_num", None)
+        return items
+
+
+class RunConsole(pl.Callback):
+    """The run's console lines, through :mod:`logging` (so Hydra also writes them to the run's
+    ``train.log``): one line per validation epoch with the monitored metric and the best so far,
+    a line when the checkpoint of the best epoch improves and one when early stopping fires.
+
+    ModelCheckpoint and EarlyStopping act at the end of the training epoch, after every other
+    callback, so an epoch's lines are written when the next epoch starts or training ends.
+
+    Args:
+        monitor: the validation metric checkpointing and early stopping watch (``val/map``).
+        mode: ``"max"`` or ``"min"``, as for those callbacks.
+    """
+
+    def __init__(self, monitor: str = "val/map", mode: str = "max") -> None:
+        if mode not in ("max", "min"):
+            raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
+        self.monitor, self.mode = monitor, mode
+        self.best: float | None = None
+        self.best_epoch: int | None = None
+        self.saved_score: float | None = None
+        self.pending: tuple[int, float] | None = None  # (epoch, value) validated, not yet shown
+
+    def state_dict(self) -> dict[str, Any]:  # a resumed run keeps its best so far
+        return {"best": self.best, "best_epoch": self.best_epoch}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.best, self.best_epoch = state_dict["best"], state_dict["best_epoch"]
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.saved_score = _best_score(trainer)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        metrics = trainer.callback_metrics
+        if not trainer.sanity_checking and self.monitor in metrics:
+            self.pending = (trainer.current_epoch, float(metrics[self.monitor]))
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._report(trainer)
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._report(trainer)
+
+    def _report(self, trainer: pl.Trainer) -> None:
+        if self.pending is None or not trainer.is_global_zero:
+            return
+        (epoch, value), self.pending = self.pending, None
+        if self.best is None or (value > self.best if self.mode == "max" else value < self.best):
+            self.best, self.best_epoch = value, epoch
+        metrics = trainer.callback_metrics
+        loss = f"train/loss {float(metrics['train/loss']):.4f}  " if "train/loss" in metrics else ""
+        log.info(
+            "epoch %d/%d  %s%s %.4f  best %.4f (epoch %d)",
+            epoch,
+            trainer.max_epochs - 1,
+            loss,
+            self.monitor,
+            value,
+            self.best,
+            self.best_epoch,
+        )
+        score = _best_score(trainer)
+        if score is not None and score != self.saved_score:
+            self.saved_score = score
+            log.info(
+                "  checkpoint: %s improved to %.4f, saved %s",
+                self.monitor,
+                score,
+                trainer.checkpoint_callback.best_model_path,
+            )
+        for stopper in trainer.early_stopping_callbacks:
+            if trainer.should_stop and stopper.stopped_epoch == epoch:
+                waited = stopper.wait_count >= stopper.patience
+                reason = (
+                    f"has not improved for {stopper.wait_count} validations "
+                    f"(patience {stopper.patience})"
+                    if waited
+                    else f"= {value:.4f}"
+                )
+                log.info(
+                    "  early stopping: %s %s; best %.4f at epoch %d",
+                    stopper.monitor,
+                    reason,
+                    self.best,
+                    self.best_epoch,
+                )
+
+
+def _best_score(trainer: pl.Trainer) -> float | None:
+    checkpoint = trainer.checkpoint_callback
+    score = checkpoint.best_model_score if checkpoint is not None else None
+    return None if score is None else float(score)

@@ -1,0 +1,51 @@
+"""The console pieces (differank.rankers.training.callbacks): the terminal's log handler is
+Rich's on a terminal and plain, unwrapped lines on a file or pipe; the callbacks' old import
+path still works, with a DeprecationWarning."""
+
+import io
+import logging
+
+import pytest
+from rich.console import Console
+from rich.logging import RichHandler
+
+from differank.rankers.training import callbacks
+
+
+def test_off_a_terminal_lines_are_written_whole(monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    out = io.StringIO()
+    console = Console(file=out, width=80, force_terminal=False)
+    handler = callbacks.console_handler(console)
+    assert type(handler) is logging.StreamHandler
+    assert console.width == callbacks.WIDE_COLUMNS  # the progress bar's lines, too
+    line = "epoch 3/29  train/loss 0.1234  val/map 0.4567  best 0.4567 (epoch 3)  " * 3
+    handler.handle(logging.LogRecord("x", logging.INFO, __file__, 1, line, None, None))
+    assert out.getvalue() == line + "\n"  # one line, no wrapping at 80 columns, no padding
+
+
+def test_on_a_terminal_rich_prints_above_the_progress_bar():
+    console = Console(file=io.StringIO(), force_terminal=True)
+    handler = callbacks.console_handler(console, show_time=False, show_path=False)
+    assert isinstance(handler, RichHandler) and handler.console is console
+
+
+def test_the_job_logging_config_builds_the_handler():
+    import yaml
+
+    from tests.conftest import ROOT
+
+    path = ROOT / "conf" / "hydra" / "job_logging" / "differank.yaml"
+    console = yaml.safe_load(path.read_text())["handlers"]["console"]
+    assert console["()"] == "differank.rankers.training.callbacks.console_handler"
+
+
+@pytest.mark.parametrize("name", ["RunConsole", "ProgressBar"])
+def test_old_import_path_warns_and_gives_the_same_class(name):
+    from differank.rankers.training import module
+
+    with pytest.warns(DeprecationWarning, match=f"training.callbacks.{name}"):
+        old = getattr(module, name)
+    assert old is getattr(callbacks, name)
+    with pytest.raises(AttributeError):
+        module.NoSuchCallback  # noqa: B018
