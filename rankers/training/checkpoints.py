@@ -54,6 +54,7 @@ ALLOWED_TARGETS = frozenset(
         "differank.rankers.solvers.hinge_cutting_plane.HingeCuttingPlane",
         "differank.rankers.training.module.RankingModule",
         "differank.rankers.training.module.FullBatchModule",
+        "differank.rankers.training.module.warmup_cosine",  # a _partial_ scheduler factory
         *(f"{_OPTIM}.{name}" for name in ("SGD", "Adam", "AdamW", "Adagrad", "RMSprop")),
         *(f"{_OPTIM}.{name}" for name in ("Adamax", "NAdam", "RAdam")),
         *(f"{_OPTIM}.lr_scheduler.{name}" for name in _SCHEDULERS),
