@@ -2,8 +2,8 @@
 
 Public API::
 
-    SplitTensors(features, labels, rows, offsets, query_ids)
-    SplitTensors.from_queries(features, labels, query_rows, query_ids)   # rows per query
+    SplitTensors(features, labels, rows, offsets, query_ids, *, finite=True)
+    SplitTensors.from_queries(features, labels, query_rows, query_ids, *, finite=True)
       .lengths                 int64 numpy [Q]: documents of each query (host metadata)
       .nbytes                  bytes the tensors hold
       .to(device)              one copy (through a pinned staging buffer onto a GPU)
@@ -17,7 +17,10 @@ memory-mapped cache entry is used as is, no copy); query ``q`` is the rows
 ``rows[offsets[q]:offsets[q + 1]]`` (file order), id ``query_ids[q]``. A batch of queries is
 formed by ONE index gather into padded ``[B, L, F]`` on the tensors' device: no Python loop over
 queries, and nothing is read back to the host (the list lengths the padding needs are host
-metadata, ``lengths``).
+metadata, ``lengths``). Padding slots gather some real row and are zeroed by a multiply with
+the mask (a broadcast ``masked_fill`` costs as much as the gather itself); ``finite=False``
+(features that may hold NaN or inf: the reader's ``nan_policy="allow"``) zeroes them by
+``masked_fill`` instead, since NaN x 0 is NaN.
 
 Static lengths: L is the smallest of 8, 12, 16, 24, 32, 48, 64, 96, ... (``2^k`` and
 ``3·2^(k-1)``) that holds the batch's longest list, capped at ``cap`` (the split's longest
@@ -92,7 +95,8 @@ def _copy_to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
 class SplitTensors:
     """One split as flat tensors (see the module docstring)."""
 
-    def __init__(self, features, labels, rows, offsets, query_ids):
+    def __init__(self, features, labels, rows, offsets, query_ids, *, finite: bool = True):
+        self.finite = finite
         self.features = torch.as_tensor(features)
         self.labels = torch.as_tensor(labels)
         self.rows = torch.as_tensor(rows, dtype=torch.int64)
@@ -112,12 +116,14 @@ class SplitTensors:
         )
 
     @classmethod
-    def from_queries(cls, features, labels, query_rows: Sequence[np.ndarray], query_ids):
+    def from_queries(
+        cls, features, labels, query_rows: Sequence[np.ndarray], query_ids, *, finite: bool = True
+    ):
         """From one row array per query (the queries served, in order)."""
         lengths = np.asarray([len(r) for r in query_rows], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths)])
         rows = np.concatenate(query_rows) if len(query_rows) else np.zeros(0, np.int64)
-        return cls(features, labels, rows, offsets, np.asarray(query_ids))
+        return cls(features, labels, rows, offsets, np.asarray(query_ids), finite=finite)
 
     @property
     def nbytes(self) -> int:
@@ -132,7 +138,7 @@ class SplitTensors:
             _copy_to(t, device)
             for t in (self.features, self.labels, self.rows, self.offsets, self.query_ids)
         ]
-        return SplitTensors(*moved)
+        return SplitTensors(*moved, finite=self.finite)
 
     def cap(self, max_list: int | None = None) -> int:
         """The longest list of the split (after ``max_list``): the largest L."""
@@ -167,9 +173,13 @@ class SplitTensors:
         doc = slot if self._rows_in_order else self.rows[slot]
         features = self.features.index_select(0, doc.reshape(-1)).view(len(queries), width, -1)
         padding = ~mask
+        if self.finite:
+            features.mul_(mask[..., None])
+        else:
+            features.masked_fill_(padding[..., None], 0.0)
         return {
-            "features": features.masked_fill_(padding[..., None], 0.0),
-            "labels": self.labels[doc].masked_fill_(padding, 0.0),
+            "features": features,
+            "labels": self.labels.index_select(0, doc.reshape(-1)).view_as(doc).mul_(mask),
             "mask": mask,
             "qid": self.query_ids[index],
             "doc_index": doc.masked_fill(padding, -1),
