@@ -82,6 +82,7 @@ from differank.datamodules.normalization import (
     column_stats,
     query_minmax,
 )
+from differank.datamodules.prefetch import PrefetchingDataLoader
 from differank.datamodules.reader import (
     LetorFile,
     check_read_options,
@@ -556,7 +557,7 @@ class LetorDataModule(pl.LightningDataModule):
         # Batches gathered on an accelerator are built in this process (worker processes
         # cannot hand over device tensors); streamed ones are pinned for the copy.
         workers = self.num_workers if dataset.tensors.device.type == "cpu" else 0
-        return DataLoader(
+        return PrefetchingDataLoader(
             dataset,
             batch_sampler=sampler,
             collate_fn=QueryBatchDataset.collate_fn,

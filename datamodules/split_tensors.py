@@ -17,7 +17,9 @@ memory-mapped cache entry is used as is, no copy); query ``q`` is the rows
 ``rows[offsets[q]:offsets[q + 1]]`` (file order), id ``query_ids[q]``. A batch of queries is
 formed by ONE index gather into padded ``[B, L, F]`` on the tensors' device: no Python loop over
 queries, and nothing is read back to the host (the list lengths the padding needs are host
-metadata, ``lengths``). Padding slots gather some real row and are zeroed by a multiply with
+metadata, ``lengths``). When the split's rows are in query order (the usual file), each list is
+copied as one block of rows (one memcpy per list, about twice as fast as a per-row gather).
+Padding slots gather some real row and are zeroed by a multiply with
 the mask (a broadcast ``masked_fill`` costs as much as the gather itself); ``finite=False``
 (features that may hold NaN or inf: the reader's ``nan_policy="allow"``) zeroes them by
 ``masked_fill`` instead, since NaN x 0 is NaN.
@@ -107,11 +109,13 @@ class SplitTensors:
                 f"a split needs rows and Q + 1 offsets for Q queries; got {len(self.rows)} rows, "
                 f"{len(self.offsets)} offsets, {len(self.query_ids)} queries"
             )
-        self.lengths = np.diff(self.offsets.cpu().numpy())
+        self._host_offsets = self.offsets.cpu().numpy()
+        self.lengths = np.diff(self._host_offsets)
         self.device = self.features.device
         # Rows in file order, one query after another (the usual file): no row gather needed.
         self._rows_in_order = bool(
-            len(self.rows) == len(self.labels)
+            self.features.is_contiguous()
+            and len(self.rows) == len(self.labels)
             and torch.equal(self.rows, torch.arange(len(self.rows), device=self.rows.device))
         )
 
@@ -161,7 +165,8 @@ class SplitTensors:
         index = torch.from_numpy(queries).to(self.device, non_blocking=True)
         starts = self.offsets[index]
         count = self.offsets[index + 1] - starts
-        if max_list is not None and longest > max_list:
+        contiguous = max_list is None or longest <= max_list
+        if not contiguous:
             positions = self._draw(starts, count, longest, max_list, generator)
         else:
             positions = torch.arange(capped, device=self.device).expand(len(queries), capped)
@@ -171,7 +176,18 @@ class SplitTensors:
         mask = positions < count[:, None]
         slot = torch.where(mask, starts[:, None] + positions, 0)
         doc = slot if self._rows_in_order else self.rows[slot]
-        features = self.features.index_select(0, doc.reshape(-1)).view(len(queries), width, -1)
+        first = self._host_offsets[queries]
+        if self._rows_in_order and contiguous and int(first.max()) + width <= len(self.features):
+            # Each list is one block of rows: copy blocks of width x F values (a memcpy each),
+            # not width separate rows; the rows past a list's end are zeroed below.
+            blocks = self.features.view(-1).as_strided(
+                (len(self.features) - width + 1, width * self.features.shape[1]),
+                (self.features.shape[1], 1),
+            )
+            features = blocks.index_select(0, starts).view(len(queries), width, -1)
+        else:
+            features = self.features.index_select(0, doc.reshape(-1))
+            features = features.view(len(queries), width, -1)
         padding = ~mask
         if self.finite:
             features.mul_(mask[..., None])
