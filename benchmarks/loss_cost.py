@@ -8,8 +8,8 @@ at B = 64, L = 128, F = 46 (MQ2008's width; labels 0-4 in MSLR proportions, full
 benchmarks/throughput.py's batch), the linear scorer (ConeRank's basis, K = 10, for the cone
 loss). Each loss is built from its conf/loss YAML (with the row's overrides), exactly what
 ``train.py loss=NAME`` builds. Rounds interleave every row (each round times each row once);
-the fastest of ``--rounds`` is reported. Time is the process' CPU time with one torch thread
-(the seconds an idle core would take, so ratios hold on a shared machine).
+the fastest of ``--rounds`` is reported. Time is the process' CPU time (with one torch thread,
+``--threads 1``, the seconds an idle core would take, so ratios hold on a shared machine).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ ROWS = [
     ("convex (default)", "convex", {}, "linear"),
     ("convex, num_samples 1000", "convex", {"num_samples": 1000}, "linear"),
     ("convex, num_samples 100", "convex", {"num_samples": 100}, "linear"),
-    ("convex, num_samples 30", "convex", {"num_samples": 30}, "linear"),
+    ("convex, num_samples 64", "convex", {"num_samples": 64}, "linear"),
 ]
 
 
@@ -55,9 +55,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--features", type=int, default=46)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     device = torch.device("cpu")
     features, labels, mask = make_batch(args.batch, args.length, args.features, device)
@@ -76,7 +77,8 @@ def main(argv: list[str] | None = None) -> None:
     reference = best["domination (default)"]
     lines = [
         f"One forward+backward per batch, B = {args.batch}, L = {args.length}, F = "
-        f"{args.features}, CPU, 1 torch thread, process CPU time, fastest of {args.rounds} "
+        f"{args.features}, CPU, {args.threads} torch thread(s), process CPU time, fastest of "
+        f"{args.rounds} "
         "interleaved rounds; losses from conf/loss/*.yaml plus the row's override.",
         "",
         "| loss | ms / batch | x domination |",

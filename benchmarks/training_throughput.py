@@ -18,9 +18,10 @@ time is the process' CPU time with one torch thread (what an idle core takes; th
 shared), on CUDA the wall time between ``torch.cuda.synchronize()`` calls. Peak memory is the
 rise of the process' peak RSS during one call on CPU (benchmarks/throughput.py's method),
 ``torch.cuda.max_memory_allocated`` on CUDA. The cone loss needs the ConeRank scorer, whose rows
-stand for it; a row whose first call takes over ``--max-seconds`` ends its objective x scorer's
-scan (later, longer L are listed as skipped). ``--compile`` adds rows with the scorer and loss
-under ``torch.compile`` (CUDA: worth it; on CPU compilation takes minutes, so off by default).
+stand for it; a row whose training call takes over ``--max-seconds`` ends its objective x
+scorer's scan (later, longer L are listed as skipped). ``--compile`` adds rows with the scorer
+and loss under ``torch.compile`` (CUDA: worth it; on CPU compilation takes minutes, so off
+by default).
 
 The epoch row runs one training epoch of ``model=linear loss=domination`` through Lightning on
 benchmarks/data_path.py's MSLR-WEB30K-shaped set at ``--fraction`` (warm cache, batch 32).
@@ -29,7 +30,6 @@ benchmarks/data_path.py's MSLR-WEB30K-shaped set at ``--fraction`` (warm cache, 
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 import measure
@@ -95,17 +95,16 @@ def scan(objective, scorer, args, device, compiled: bool) -> list[dict]:
             module.ranker = torch.compile(module.ranker)
             module.loss = torch.compile(module.loss)
         train, score = train_fn(module, optimizer, batch), score_fn(module, batch)
-        start = time.perf_counter()
         try:
             train()  # warm-up (and compilation)
         except Exception as error:  # a configuration that does not run is listed, not hidden
             rows.append({**row, "skipped": f"{type(error).__name__}: {str(error)[:60]}"})
             stopped = "after an error at a shorter L"
             continue
-        first = time.perf_counter() - start
         docs = batch_size * length
         row["B"] = batch_size
-        row["train docs/s"] = docs / best_seconds(train, device, args.repeats)
+        seconds = best_seconds(train, device, args.repeats)
+        row["train docs/s"] = docs / seconds
         row["train peak"] = peak_bytes(train, device)
         module.eval()
         score()
@@ -113,8 +112,8 @@ def scan(objective, scorer, args, device, compiled: bool) -> list[dict]:
         row["score peak"] = peak_bytes(score, device)
         rows.append(row)
         print(row, flush=True)
-        if first > args.max_seconds:
-            stopped = f"one call took {first:.0f} s at L = {length}"
+        if seconds > args.max_seconds:
+            stopped = f"one training call took {seconds:.0f} s at L = {length}"
     return rows
 
 
