@@ -270,8 +270,6 @@ class LetorDataModule(pl.LightningDataModule):
                     torch.from_numpy(split.labels),
                     [split.query_rows[q] for q in split.queries],
                     split.query_ids[split.queries],
-                    finite=self.nan_policy != "allow"
-                    and (self.null_value is None or np.isfinite(self.null_value)),
                 ),
                 self.max_list if name == "train" else None,
             )

@@ -2,8 +2,8 @@
 
 Public API::
 
-    SplitTensors(features, labels, rows, offsets, query_ids, *, finite=True)
-    SplitTensors.from_queries(features, labels, query_rows, query_ids, *, finite=True)
+    SplitTensors(features, labels, rows, offsets, query_ids)
+    SplitTensors.from_queries(features, labels, query_rows, query_ids)   # rows per query
       .lengths                 int64 numpy [Q]: documents of each query (host metadata)
       .nbytes                  bytes the tensors hold
       .to(device)              one copy (through a pinned staging buffer onto a GPU)
@@ -19,10 +19,8 @@ formed by ONE index gather into padded ``[B, L, F]`` on the tensors' device: no 
 queries, and nothing is read back to the host (the list lengths the padding needs are host
 metadata, ``lengths``). When the split's rows are in query order (the usual file), each list is
 copied as one block of rows (one memcpy per list, about twice as fast as a per-row gather).
-Padding slots gather some real row and are zeroed by a multiply with
-the mask (a broadcast ``masked_fill`` costs as much as the gather itself); ``finite=False``
-(features that may hold NaN or inf: the reader's ``nan_policy="allow"``) zeroes them by
-``masked_fill`` instead, since NaN x 0 is NaN.
+Padding slots gather some real row and are then overwritten with zeros, row by row, from indices
+computed on the host (a broadcast ``masked_fill`` over the batch costs as much as the gather).
 
 Static lengths: L is the smallest of 8, 12, 16, 24, 32, 48, 64, 96, ... (``2^k`` and
 ``3·2^(k-1)``) that holds the batch's longest list, capped at ``cap`` (the split's longest
@@ -97,8 +95,7 @@ def _copy_to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
 class SplitTensors:
     """One split as flat tensors (see the module docstring)."""
 
-    def __init__(self, features, labels, rows, offsets, query_ids, *, finite: bool = True):
-        self.finite = finite
+    def __init__(self, features, labels, rows, offsets, query_ids):
         self.features = torch.as_tensor(features)
         self.labels = torch.as_tensor(labels)
         self.rows = torch.as_tensor(rows, dtype=torch.int64)
@@ -120,14 +117,12 @@ class SplitTensors:
         )
 
     @classmethod
-    def from_queries(
-        cls, features, labels, query_rows: Sequence[np.ndarray], query_ids, *, finite: bool = True
-    ):
+    def from_queries(cls, features, labels, query_rows: Sequence[np.ndarray], query_ids):
         """From one row array per query (the queries served, in order)."""
         lengths = np.asarray([len(r) for r in query_rows], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths)])
         rows = np.concatenate(query_rows) if len(query_rows) else np.zeros(0, np.int64)
-        return cls(features, labels, rows, offsets, np.asarray(query_ids), finite=finite)
+        return cls(features, labels, rows, offsets, np.asarray(query_ids))
 
     @property
     def nbytes(self) -> int:
@@ -142,7 +137,7 @@ class SplitTensors:
             _copy_to(t, device)
             for t in (self.features, self.labels, self.rows, self.offsets, self.query_ids)
         ]
-        return SplitTensors(*moved, finite=self.finite)
+        return SplitTensors(*moved)
 
     def cap(self, max_list: int | None = None) -> int:
         """The longest list of the split (after ``max_list``): the largest L."""
@@ -188,11 +183,12 @@ class SplitTensors:
         else:
             features = self.features.index_select(0, doc.reshape(-1))
             features = features.view(len(queries), width, -1)
+        real = counts if contiguous else np.minimum(counts, max_list)
+        slots = _padding_slots(real, width)
+        if len(slots):
+            rows = torch.from_numpy(slots).to(self.device, non_blocking=True)
+            features.view(-1, features.shape[-1]).index_fill_(0, rows, 0.0)
         padding = ~mask
-        if self.finite:
-            features.mul_(mask[..., None])
-        else:
-            features.masked_fill_(padding[..., None], 0.0)
         return {
             "features": features,
             "labels": self.labels.index_select(0, doc.reshape(-1)).view_as(doc).mul_(mask),
@@ -220,6 +216,17 @@ class SplitTensors:
         priority.scatter_add_(1, chosen_low, 3.0 * crowded[:, None].to(priority.dtype))
         priority.masked_fill_(~valid, -1.0)
         return priority.topk(max_list, dim=1).indices.sort(1).values
+
+
+def _padding_slots(real: np.ndarray, width: int) -> np.ndarray:
+    """Flat indices (into ``[B * width]``) of the padding slots of lists of ``real`` documents,
+    from the host's lengths: zeroing just these rows writes only the padding (a multiply with
+    the mask would read and write the whole batch, and NaN x 0 is NaN)."""
+    padding = width - real
+    first = np.arange(len(real)) * width + real
+    ends = np.cumsum(padding)
+    within = np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - padding, padding)
+    return np.repeat(first, padding) + within
 
 
 def _as_built(batch: dict) -> dict:

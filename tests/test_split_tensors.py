@@ -59,7 +59,7 @@ def test_gather_equals_the_per_query_collate(shuffled_rows):
 
 def test_padding_is_zero_even_beside_non_finite_features():
     features = torch.tensor([[float("nan")], [1.0], [float("inf")]])
-    split = SplitTensors(features, torch.zeros(3), [0, 1, 2], [0, 1, 3], [1, 2], finite=False)
+    split = SplitTensors(features, torch.zeros(3), [0, 1, 2], [0, 1, 3], [1, 2])
     batch = split.batch([0, 1])
     assert batch["features"][0, 1:].eq(0).all() and batch["features"][0, 0].isnan()
     assert batch["features"][1, :2, 0].tolist() == [1.0, float("inf")]
