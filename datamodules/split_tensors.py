@@ -107,6 +107,7 @@ class SplitTensors:
                 f"{len(self.offsets)} offsets, {len(self.query_ids)} queries"
             )
         self._host_offsets = self.offsets.cpu().numpy()
+        self._host_query_ids = self.query_ids.cpu().numpy()
         self.lengths = np.diff(self._host_offsets)
         self.device = self.features.device
         # Rows in file order, one query after another (the usual file): no row gather needed.
@@ -115,6 +116,7 @@ class SplitTensors:
             and len(self.rows) == len(self.labels)
             and torch.equal(self.rows, torch.arange(len(self.rows), device=self.rows.device))
         )
+        self._host_rows = None if self._rows_in_order else self.rows.cpu().numpy()
 
     @classmethod
     def from_queries(cls, features, labels, query_rows: Sequence[np.ndarray], query_ids):
@@ -157,45 +159,58 @@ class SplitTensors:
         longest = int(counts.max())
         capped = longest if max_list is None else min(longest, max_list)
         width = padded_length(capped, self.cap(max_list))
-        index = torch.from_numpy(queries).to(self.device, non_blocking=True)
-        starts = self.offsets[index]
-        count = self.offsets[index + 1] - starts
-        contiguous = max_list is None or longest <= max_list
-        if not contiguous:
-            positions = self._draw(starts, count, longest, max_list, generator)
-        else:
-            positions = torch.arange(capped, device=self.device).expand(len(queries), capped)
-        if width > positions.shape[1]:
-            positions = torch.nn.functional.pad(positions, (0, width - positions.shape[1]))
-            positions[:, capped:] = width  # past every list: padding
-        mask = positions < count[:, None]
-        slot = torch.where(mask, starts[:, None] + positions, 0)
-        doc = slot if self._rows_in_order else self.rows[slot]
-        first = self._host_offsets[queries]
-        if self._rows_in_order and contiguous and int(first.max()) + width <= len(self.features):
+        if max_list is not None and longest > max_list:
+            return self._drawn_batch(queries, counts, width, max_list, generator)
+        # Whole lists: the [B, L] index tensors follow from the host's offsets (a few numpy
+        # operations, one copy each), and the device does the one big gather.
+        starts = self._host_offsets[queries]
+        mask = np.arange(width) < counts[:, None]
+        slot = np.where(mask, starts[:, None] + np.arange(width), 0)
+        doc = slot if self._rows_in_order else self._host_rows[slot]
+        if self._rows_in_order and int(starts.max()) + width <= len(self.features):
             # Each list is one block of rows: copy blocks of width x F values (a memcpy each),
             # not width separate rows; the rows past a list's end are zeroed below.
             blocks = self.features.view(-1).as_strided(
                 (len(self.features) - width + 1, width * self.features.shape[1]),
                 (self.features.shape[1], 1),
             )
-            features = blocks.index_select(0, starts).view(len(queries), width, -1)
+            features = blocks.index_select(0, self._device(starts))
         else:
-            features = self.features.index_select(0, doc.reshape(-1))
-            features = features.view(len(queries), width, -1)
-        real = counts if contiguous else np.minimum(counts, max_list)
+            features = self.features.index_select(0, self._device(doc.reshape(-1)))
+        doc_index = self._device(np.where(mask, doc, -1))
+        return self._finish(features, doc_index, self._device(mask), counts, queries, width)
+
+    def _device(self, array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(array)).to(self.device, non_blocking=True)
+
+    def _finish(self, features, doc_index, mask, real, queries, width) -> dict:
+        """The batch dict: padding rows of ``features`` zeroed, labels gathered."""
+        features = features.view(len(queries), width, -1)
         slots = _padding_slots(real, width)
         if len(slots):
-            rows = torch.from_numpy(slots).to(self.device, non_blocking=True)
-            features.view(-1, features.shape[-1]).index_fill_(0, rows, 0.0)
-        padding = ~mask
+            features.view(-1, features.shape[-1]).index_fill_(0, self._device(slots), 0.0)
+        labels = self.labels.index_select(0, doc_index.clamp(min=0).reshape(-1))
         return {
             "features": features,
-            "labels": self.labels.index_select(0, doc.reshape(-1)).view_as(doc).mul_(mask),
+            "labels": labels.view_as(doc_index).mul_(mask),
             "mask": mask,
-            "qid": self.query_ids[index],
-            "doc_index": doc.masked_fill(padding, -1),
+            "qid": self._device(self._host_query_ids[queries]),
+            "doc_index": doc_index,
         }
+
+    def _drawn_batch(self, queries, counts, width, max_list, generator) -> dict:
+        """A batch with ``max_list`` draws: the positions are drawn on the device."""
+        index = self._device(queries)
+        starts = self.offsets[index]
+        count = self.offsets[index + 1] - starts
+        # width == max_list here: a list longer than max_list makes max_list the split's cap
+        positions = self._draw(starts, count, int(counts.max()), max_list, generator)
+        mask = positions < count[:, None]
+        slot = torch.where(mask, starts[:, None] + positions, 0)
+        doc = slot if self._rows_in_order else self.rows[slot]
+        features = self.features.index_select(0, doc.reshape(-1))
+        doc_index = doc.masked_fill(~mask, -1)
+        return self._finish(features, doc_index, mask, np.minimum(counts, max_list), queries, width)
 
     def _draw(self, starts, count, longest, max_list, generator) -> torch.Tensor:
         """Positions [B, max_list] kept of each query (all of a short one, then padding
