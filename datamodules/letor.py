@@ -6,7 +6,8 @@ Public API::
                     max_list=None, bucket_by_length=True, nan_policy="error", null_value=None,
                     label_range=None, unseen_features="error",
                     drop_train_queries_without_pairs=False, cache_dir=None,
-                    verify_cache_hash=False, num_workers=0, seed=0, transform="none")
+                    verify_cache_hash=False, num_workers=0, seed=0, transform="none",
+                    batches_on_device=True)
       .n_features              F = max feature index over the fold's files (loads lazily)
       .label_levels            sorted distinct labels over all splits (loads lazily)
       .feature_mean / .feature_std   zscore statistics of the training split (else None)
@@ -17,16 +18,19 @@ Public API::
       .split_files(split)      source files in concatenation order (no parsing)
       .num_rows(split), .split_data(split) -> LetorSplit
       .file_sha256(split)      sha256 of each source file, from the cache (no re-read)
-    resolve_fold_files(root, fold) -> {"train": [Path], "val": [Path], "test": [Path]}
-    ShardedQueryBatchSampler(lengths, batch_size, rank=, world_size=, shuffle=, ...)
 
-Layouts: ``root/FoldN/{train,vali,test}.txt[.gz]``, or ``root/S1..S5.txt[.gz]`` with
-``root/folds.tsv`` (header ``fold train vali test``; rows like ``Fold1 S1,S2,S3 S4 S5``; a split
-is the concatenation of its S files in that order). A directory holding both layouts, a name
-present as both ``x.txt`` and ``x.txt.gz``, a split without files, and a file used twice
-(within a split or by two splits) are errors. A split's rows are numbered 0.. in that
-concatenation (``doc_index``). Rows of one qid form ONE query even when not contiguous, in file
-order; queries are ordered by first appearance. Batches follow ``datamodules/collate.py``.
+The files of a fold are :mod:`differank.datamodules.folds`' (``resolve_fold_files``; importable
+from here, deprecated, for one release, like ``MissingLetorFileError`` and
+``ShardedQueryBatchSampler``, now in :mod:`differank.datamodules.query_batches`). A split's rows
+are numbered 0.. in the concatenation of its files (``doc_index``). Rows of one qid form ONE
+query even when not contiguous, in file order; queries are ordered by first appearance.
+
+Batches: each split is held as flat tensors (:mod:`differank.datamodules.split_tensors`) and a
+batch is one index gather into padded ``[B, L, F]`` with L from a few static lengths. On CPU the
+tensors are the memory-mapped cache itself; on a GPU (``batches_on_device=True``, the default) the
+split is copied onto the training device once when it takes at most half the free device memory,
+and batches are gathered there; otherwise (a split too large, or ``batches_on_device=False``)
+they are gathered on the host and copied per batch from pinned memory (streaming).
 
 Every check runs when the data is first loaded (``setup``, or ``n_features`` which ``train.py``
 reads before building the model), so bad data fails before the first training step, with
@@ -62,19 +66,23 @@ import hashlib
 import json
 import logging
 import numbers
-from collections.abc import Iterator
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import numba
 import numpy as np
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader
 
-from differank.datamodules import cache, transforms
-from differank.datamodules.collate import collate_queries
-from differank.datamodules.query_batches import QueryBatchSampler, subsample_query
+from differank.datamodules import cache, folds, query_batches, transforms
+from differank.datamodules.normalization import (
+    BLOCK_ROWS,
+    apply_zscore,
+    column_stats,
+    query_minmax,
+)
+from differank.datamodules.prefetch import PrefetchingDataLoader
 from differank.datamodules.reader import (
     LetorFile,
     check_fold_budget,
@@ -83,99 +91,14 @@ from differank.datamodules.reader import (
     group_queries,
     read_letor_file,
 )
+from differank.datamodules.split_tensors import QueryBatchDataset, SplitTensors, fits_on_device
 
 log = logging.getLogger(__name__)
 
-SPLITS = ("train", "val", "test")
 NORMALIZATIONS = ("none", "zscore", "query_minmax")
 UNSEEN_FEATURES = ("error", "drop")
 # Bump when the cached split arrays' meaning changes.
 _SPLIT_CACHE_VERSION = 1
-_BLOCK_ROWS = 65536  # rows per block when copying and normalising features
-_SPLIT_ALIASES = {
-    "train": "train",
-    "val": "val",
-    "vali": "val",
-    "validation": "val",
-    "test": "test",
-    "predict": "test",
-}
-_FOLD_FILE_STEMS = {"train": "train", "val": "vali", "test": "test"}
-
-
-class MissingLetorFileError(FileNotFoundError, ValueError):
-    """A file the fold needs is missing (a FileNotFoundError that is also a ValueError)."""
-
-
-def _existing(base: Path) -> Path:
-    """``base`` + ``.txt`` / ``.txt.gz`` (or ``base`` itself if it names a file); both
-    ``x.txt`` and ``x.txt.gz`` present is an error (which one is meant?)."""
-    candidates = [base] if base.suffix in (".txt", ".gz") else []
-    candidates += [base.with_name(base.name + ".txt"), base.with_name(base.name + ".txt.gz")]
-    found = [c for c in candidates if c.is_file()]
-    if len(found) > 1:
-        raise ValueError(
-            f"ambiguous LETOR file: both {found[0]} and {found[1]} exist; remove one of them"
-        )
-    if found:
-        return found[0]
-    tried = " or ".join(str(c) for c in candidates)
-    raise MissingLetorFileError(f"missing LETOR fold file: {tried}")
-
-
-def resolve_fold_files(root, fold: int) -> dict[str, list[Path]]:
-    """The source files of each split of ``fold``, in concatenation order (layout checks of
-    the module docstring included)."""
-    root = Path(root).expanduser()
-    if not root.is_dir():
-        raise MissingLetorFileError(f"LETOR root directory does not exist: {root}")
-    fold_dir = root / f"Fold{fold}"
-    table = root / "folds.tsv"
-    fold_dirs = sorted(p.name for p in root.glob("Fold[0-9]*") if p.is_dir())
-    if fold_dirs and table.is_file():
-        raise ValueError(
-            f"{root} holds both LETOR layouts ({', '.join(fold_dirs)} and "
-            "folds.tsv); keep one of them"
-        )
-    if fold_dir.is_dir():
-        files = {split: [_existing(fold_dir / stem)] for split, stem in _FOLD_FILE_STEMS.items()}
-    elif not table.is_file():
-        raise MissingLetorFileError(
-            f"{root} is not a LETOR directory: neither {fold_dir}/ nor {table} exists"
-        )
-    else:
-        files = _folds_table_row(table, root, fold)
-    seen: dict[Path, str] = {}
-    for split, paths in files.items():
-        for path in paths:
-            key = path.resolve()
-            if key in seen:
-                where = "twice in" if seen[key] == split else f"in {seen[key]} and in"
-                raise ValueError(
-                    f"fold {fold}: {path} is used {where} {split}; the splits must not share files"
-                )
-            seen[key] = split
-    return files
-
-
-def _folds_table_row(table: Path, root: Path, fold: int) -> dict[str, list[Path]]:
-    rows = [line.split() for line in table.read_text().splitlines()]
-    numbered = [(n, row) for n, row in enumerate(rows, start=1) if row]
-    if not numbered or [c.lower() for c in numbered[0][1]] != ["fold", "train", "vali", "test"]:
-        raise ValueError(f"{table}:1: header must be 'fold train vali test'")
-    for number, row in numbered[1:]:
-        if row[0].lower() not in (f"fold{fold}", str(fold)):
-            continue
-        if len(row) != 4:
-            raise ValueError(f"{table}:{number}: expected 4 columns (fold train vali test)")
-        files = {}
-        for split, column in zip(SPLITS, row[1:], strict=True):
-            names = [name for name in column.split(",") if name]
-            if not names:
-                raise ValueError(f"{table}:{number}: the {split} column names no file")
-            files[split] = [_existing(root / name) for name in names]
-        return files
-    raise ValueError(f"{table}: no row for Fold{fold}")
 
 
 @dataclass
@@ -207,37 +130,6 @@ class LetorSplit:
     def docids(self) -> np.ndarray:
         """Doc id of every row (str [N])."""
         return np.concatenate([source.docids for source in self.sources])
-
-
-class LetorQueryDataset(Dataset):
-    """Queries of one split. A key is a query position, or ``(position, draw_seed)`` to draw a
-    ``max_list`` subsample (what the training sampler yields); plain keys give whole lists."""
-
-    def __init__(self, split: LetorSplit, max_list: int | None = None):
-        self.features = torch.from_numpy(split.features)
-        self.labels = torch.from_numpy(split.labels)
-        self.rows = [split.query_rows[q] for q in split.queries]
-        self.query_ids = split.query_ids[split.queries]
-        self.max_list = max_list
-        full = np.asarray([len(r) for r in self.rows], dtype=np.int64)
-        self.lengths = full if max_list is None else np.minimum(full, max_list)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, key) -> dict:
-        index, draw_seed = key if isinstance(key, tuple) else (key, None)
-        rows = self.rows[index]
-        if draw_seed is not None and self.max_list is not None and len(rows) > self.max_list:
-            labels = self.labels.numpy()[rows]
-            rows = rows[subsample_query(labels, self.max_list, np.random.default_rng(draw_seed))]
-        index_tensor = torch.from_numpy(rows)
-        return {
-            "features": self.features[index_tensor],
-            "labels": self.labels[index_tensor],
-            "qid": int(self.query_ids[index]),
-            "doc_index": index_tensor,
-        }
 
 
 def _check_int(name: str, value, minimum: int, maximum: int | None = None) -> int:
@@ -277,6 +169,7 @@ class LetorDataModule(pl.LightningDataModule):
         num_workers: int = 0,
         seed: int = 0,
         transform: str = "none",
+        batches_on_device: bool = True,
     ):
         super().__init__()
         if root is None and type(self) is LetorDataModule:
@@ -313,8 +206,10 @@ class LetorDataModule(pl.LightningDataModule):
         self.verify_cache_hash = _check_bool("verify_cache_hash", verify_cache_hash)
         self.num_workers = _check_int("num_workers", num_workers, 0)
         self.seed = _check_int("seed", seed, 0)
+        self.batches_on_device = _check_bool("batches_on_device", batches_on_device)
         self._splits: dict[str, LetorSplit] | None = None
-        self._datasets: dict[str, LetorQueryDataset] = {}
+        self._datasets: dict[str, QueryBatchDataset] = {}
+        self._device_datasets: dict[tuple[str, str], QueryBatchDataset | None] = {}
         self._n_features: int | None = None
         self._zscore: tuple[np.ndarray, np.ndarray] | None = None
         self._transform: transforms.FittedTransform | None = None
@@ -327,13 +222,11 @@ class LetorDataModule(pl.LightningDataModule):
 
     def split_files(self, split: str) -> list[Path]:
         """The source files of ``split`` in concatenation order (no parsing)."""
-        return resolve_fold_files(self._data_root(), self.fold)[self._split_name(split)]
+        return folds.resolve_fold_files(self._data_root(), self.fold)[self._split_name(split)]
 
     @staticmethod
     def _split_name(split: str) -> str:
-        if split not in _SPLIT_ALIASES:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        return _SPLIT_ALIASES[split]
+        return folds.split_name(split)
 
     # ---- loading -----------------------------------------------------------------------------
 
@@ -352,7 +245,7 @@ class LetorDataModule(pl.LightningDataModule):
     def _load(self) -> None:
         if self._splits is not None:
             return
-        files = resolve_fold_files(self._data_root(), self.fold)
+        files = folds.resolve_fold_files(self._data_root(), self.fold)
         check_fold_budget(files, cache_dir=self.cache_dir)  # before anything is allocated
         parsed = {}
         for path in (p for paths in files.values() for p in paths):
@@ -373,7 +266,15 @@ class LetorDataModule(pl.LightningDataModule):
         self._n_features = n_features
         self._splits = splits
         self._datasets = {
-            name: LetorQueryDataset(split, self.max_list if name == "train" else None)
+            name: QueryBatchDataset(
+                SplitTensors.from_queries(
+                    torch.from_numpy(split.features),
+                    torch.from_numpy(split.labels),
+                    [split.query_rows[q] for q in split.queries],
+                    split.query_ids[split.queries],
+                ),
+                self.max_list if name == "train" else None,
+            )
             for name, split in splits.items()
         }
 
@@ -512,13 +413,13 @@ class LetorDataModule(pl.LightningDataModule):
         mean = np.zeros(n_features)
         std = np.ones(n_features)
         if self.normalization == "zscore":
-            mean, std = _column_stats(arrays["train"]["features"])
+            mean, std = column_stats(arrays["train"]["features"])
         for name, split in splits.items():
             features = arrays[name]["features"]
             if self.normalization == "zscore":
-                _apply_zscore(features, mean, std)
+                apply_zscore(features, mean, std)
             elif self.normalization == "query_minmax":
-                _query_minmax(features, split.query_rows)
+                query_minmax(features, split.query_rows)
             arrays[name].update(mean=mean, std=std, **(fitted.arrays if fitted else {}))
             meta = {"rows": split.num_rows, **options, "split": name}
             meta.update(fitted.meta if fitted else {})
@@ -538,8 +439,8 @@ class LetorDataModule(pl.LightningDataModule):
         row = 0
         zeroed = 0
         for source in split.sources:
-            for start in range(0, source.num_rows, _BLOCK_ROWS):
-                stop = min(start + _BLOCK_ROWS, source.num_rows)
+            for start in range(0, source.num_rows, BLOCK_ROWS):
+                stop = min(start + BLOCK_ROWS, source.num_rows)
                 block = out[row + start : row + stop]
                 zeroed += source.copy_rows(
                     block, start, stop, nan_policy=self.nan_policy, null_value=self.null_value
@@ -601,14 +502,45 @@ class LetorDataModule(pl.LightningDataModule):
         the reader's cache: fingerprints without reading the text again."""
         return [source.meta["sha256"] for source in self.split_data(split).sources]
 
-    def dataset(self, split: str) -> LetorQueryDataset:
+    def dataset(self, split: str) -> QueryBatchDataset:
+        """The split's queries as host tensors (the memory-mapped features, no copy)."""
         self._load()
         return self._datasets[self._split_name(split)]
 
     # ---- loaders -----------------------------------------------------------------------------
 
+    def _training_device(self) -> torch.device:
+        trainer = self.trainer  # set by Lightning when it runs this DataModule
+        return trainer.strategy.root_device if trainer is not None else torch.device("cpu")
+
+    def _device_dataset(self, split: str, device: torch.device) -> QueryBatchDataset | None:
+        """The split on ``device`` (copied once, kept), or None when batches are streamed: the
+        option is off, or the split does not fit (see ``fits_on_device``)."""
+        host = self.dataset(split)
+        if device.type == "cpu":
+            return host
+        if not self.batches_on_device:
+            return None
+        key = (self._split_name(split), str(device))
+        if key not in self._device_datasets:
+            tensors = host.tensors
+            if fits_on_device(tensors.nbytes, device):
+                self._device_datasets[key] = QueryBatchDataset(tensors.to(device), host.max_list)
+            else:
+                log.warning(
+                    "%s: the split's %.2f GiB do not fit on %s; batches are gathered on the "
+                    "host and copied per batch (streaming)",
+                    key[0],
+                    tensors.nbytes / 2**30,
+                    device,
+                )
+                self._device_datasets[key] = None
+        return self._device_datasets[key]
+
     def _loader(self, split: str) -> DataLoader:
-        dataset = self.dataset(split)
+        device = self._training_device()
+        on_device = self._device_dataset(split, device)
+        dataset = self.dataset(split) if on_device is None else on_device
         train = self._split_name(split) == "train"
         options = dict(
             shuffle=train,
@@ -617,17 +549,21 @@ class LetorDataModule(pl.LightningDataModule):
             draw_seeds=train and self.max_list is not None,
         )
         batch_size = self.batch_size if train else self.eval_batch_size
-        trainer = self.trainer  # set by Lightning when it runs this DataModule
+        trainer = self.trainer
         rank, world_size = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
-        sampler = ShardedQueryBatchSampler(
+        sampler = query_batches.ShardedQueryBatchSampler(
             dataset.lengths, batch_size, rank=rank, world_size=world_size, **options
         )
-        return DataLoader(
+        # Batches gathered on an accelerator are built in this process (worker processes
+        # cannot hand over device tensors); streamed ones are pinned for the copy.
+        workers = self.num_workers if dataset.tensors.device.type == "cpu" else 0
+        return PrefetchingDataLoader(
             dataset,
             batch_sampler=sampler,
-            collate_fn=collate_queries,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
+            collate_fn=QueryBatchDataset.collate_fn,
+            num_workers=workers,
+            persistent_workers=workers > 0,
+            pin_memory=on_device is None and device.type == "cuda",
         )
 
     def train_dataloader(self) -> DataLoader:
@@ -643,81 +579,32 @@ class LetorDataModule(pl.LightningDataModule):
         return self._loader("test")
 
     def full_batch(self, split: str) -> dict[str, torch.Tensor]:
-        """Every served query of ``split`` as one padded batch, whole lists (no ``max_list``)."""
-        dataset = self.dataset(split)
-        return collate_queries([dataset[i] for i in range(len(dataset))])
+        """Every served query of ``split`` as one padded batch (L = its longest list), whole
+        lists (no ``max_list``), on the host."""
+        tensors = self.dataset(split).tensors
+        return tensors.batch(np.arange(len(tensors.lengths)))
 
 
-class ShardedQueryBatchSampler(Sampler):
-    """The loaders' batches: :class:`~differank.datamodules.query_batches.QueryBatchSampler` over
-    the share of the queries that process ``rank`` of ``world_size`` serves (all of them in one
-    process).
+_MOVED = {
+    "resolve_fold_files": folds,
+    "MissingLetorFileError": folds,
+    "SPLITS": folds,
+    "ShardedQueryBatchSampler": query_batches,
+}
 
-    Under DDP (``use_distributed_sampler=False``) queries are dealt round-robin:
 
-    * Evaluation (``shuffle=False``): queries sorted by length are dealt once, so every query is
-      scored by exactly one process (no padding, no duplicates; shares differ by at most one
-      query) and synced metrics and gathered predictions equal a single process's.
-    * Training (``shuffle=True``): a new permutation each epoch, seeded by ``(seed, epoch)`` and
-      the same on every process, padded by repeating its first queries to a multiple of
-      ``world_size``, so every process has the same number of batches (DDP all-reduces
-      gradients once per batch).
-
-    ``sampler`` is this object itself: Lightning calls ``batch_sampler.sampler.set_epoch`` at
-    every epoch start (never ``batch_sampler.set_epoch``), and that is what makes a run resumed
-    from a checkpoint draw the same batches as an uninterrupted one.
-    """
-
-    def __init__(
-        self, lengths, batch_size: int, *, rank: int, world_size: int, shuffle: bool, **options
-    ):
-        self.lengths = np.asarray(lengths, dtype=np.int64)
-        world_size = _check_int("world_size", world_size, 1)
-        self.rank = _check_int("rank", rank, 0, world_size - 1)
-        if len(self.lengths) < world_size:
-            raise ValueError(
-                f"{len(self.lengths)} queries cannot be shared by {world_size} processes "
-                "(every process needs one); use fewer devices"
-            )
-        self.world_size, self.batch_size, self.shuffle = world_size, batch_size, shuffle
-        self.options = options
-        self.epoch = 0
-
-    @property
-    def sampler(self) -> ShardedQueryBatchSampler:
-        return self
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
-    def _share(self, epoch: int) -> tuple[np.ndarray, QueryBatchSampler]:
-        n = len(self.lengths)
-        if self.world_size == 1:
-            order = np.arange(n)
-        elif self.shuffle:
-            order = np.random.default_rng([self.options.get("seed", 0), epoch, 2]).permutation(n)
-            order = np.resize(order, -(-n // self.world_size) * self.world_size)
-        else:
-            order = np.argsort(self.lengths, kind="stable")
-        mine = order[self.rank :: self.world_size]
-        batches = QueryBatchSampler(
-            self.lengths[mine], self.batch_size, shuffle=self.shuffle, **self.options
+def __getattr__(name: str):
+    """Names that moved out of this module: importable from here for one release."""
+    if name in _MOVED:
+        home = _MOVED[name]
+        warnings.warn(
+            f"differank.datamodules.letor.{name} moved to {home.__name__}.{name}; the old "
+            "import stops working in the next release",
+            DeprecationWarning,
+            stacklevel=2,
         )
-        batches.set_epoch(epoch)
-        return mine, batches
-
-    def __len__(self) -> int:
-        return len(self._share(self.epoch)[1])
-
-    def __iter__(self) -> Iterator[list]:
-        epoch = self.epoch
-        self.epoch += 1
-        mine, batches = self._share(epoch)
-        for batch in batches:  # local positions -> the split's query positions
-            if self.options.get("draw_seeds"):
-                yield [(int(mine[i]), seed) for i, seed in batch]
-            else:
-                yield [int(mine[i]) for i in batch]
+        return getattr(home, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _group_queries(qids: np.ndarray, split: str) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -742,70 +629,3 @@ def _has_pairs(labels: np.ndarray, query_rows: list[np.ndarray]) -> np.ndarray:
     starts = np.cumsum([0] + [len(r) for r in query_rows[:-1]])
     grouped = labels[order]
     return np.maximum.reduceat(grouped, starts) > np.minimum.reduceat(grouped, starts)
-
-
-def _column_stats(features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-feature mean and std (NaN ignored), accumulated in float64 over row blocks; a std
-    of 0 becomes 1 (a constant feature is centred only)."""
-    n_features = features.shape[1]
-    total, count = np.zeros(n_features), np.zeros(n_features)
-    _add_column_sums(features, _BLOCK_ROWS, np.zeros(n_features), False, total, count)
-    mean = total / np.maximum(count, 1)
-    squares = np.zeros(n_features)
-    _add_column_sums(features, _BLOCK_ROWS, mean, True, squares, np.zeros(n_features))
-    std = np.sqrt(squares / np.maximum(count, 1))
-    return mean, np.where(std > 0, std, 1.0)
-
-
-# The two kernels below are compiled loops over the float32 rows (no float64 copy of a block);
-# they add in the order numpy's block-wise ``nansum(block, axis=0)`` does (row after row within
-# a block, then the block's sum into the total), so the statistics are the same to the bit.
-@numba.njit(nogil=True, cache=True)
-def _add_column_sums(features, block_rows, center, square, total, count):
-    """``total += Σ (x - center)`` (or its square) and ``count += Σ 1`` per column over the
-    non-NaN values, summed per block of ``block_rows`` rows."""
-    rows, cols = features.shape
-    block_total, block_count = np.zeros(cols), np.zeros(cols)
-    for start in range(0, rows, block_rows):
-        block_total[:] = 0.0
-        block_count[:] = 0.0
-        for i in range(start, min(start + block_rows, rows)):
-            for j in range(cols):
-                value = np.float64(features[i, j])
-                if not np.isnan(value):
-                    centred = value - center[j]
-                    block_total[j] += centred * centred if square else centred
-                    block_count[j] += 1.0
-        total += block_total
-        count += block_count
-
-
-@numba.njit(nogil=True, cache=True)
-def _apply_zscore(features, mean, std):
-    """``(x - mean) / std`` in place, computed in float64 and stored as float32."""
-    rows, cols = features.shape
-    for i in range(rows):
-        for j in range(cols):
-            features[i, j] = np.float32((np.float64(features[i, j]) - mean[j]) / std[j])
-
-
-def _query_minmax(features: np.ndarray, query_rows: list[np.ndarray]) -> None:
-    """LETOR QueryLevelNorm in place: per query and feature (x - min) / (max - min), 0 where
-    max == min; computed in float64 over blocks of queries."""
-    first = 0
-    while first < len(query_rows):
-        last, rows_in_block = first, 0
-        while last < len(query_rows) and (last == first or rows_in_block < _BLOCK_ROWS):
-            rows_in_block += len(query_rows[last])
-            last += 1
-        block_rows = query_rows[first:last]
-        order = np.concatenate(block_rows)
-        lengths = np.asarray([len(r) for r in block_rows])
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-        grouped = features[order].astype(np.float64)
-        low = np.minimum.reduceat(grouped, starts, axis=0)
-        high = np.maximum.reduceat(grouped, starts, axis=0)
-        low, span = np.repeat(low, lengths, axis=0), np.repeat(high - low, lengths, axis=0)
-        safe = np.where(span > 0, span, 1.0)
-        features[order] = np.where(span > 0, (grouped - low) / safe, 0.0)
-        first = last

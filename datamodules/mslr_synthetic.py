@@ -17,10 +17,9 @@ utility is a fixed linear-plus-interaction function of them plus a per-query shi
 thresholded into labels; its 136 features mix the factors plus noise. The set is generated in
 chunks of queries, each from its own seed ``(seed, chunk)``, straight into float32 arrays (2.05
 GB of features at full size); :func:`letor_text` writes it as LETOR text when a benchmark needs
-the user's file path. Batches follow the README's batch
-convention via :func:`differank.datamodules.collate.collate_queries`; training-style ``max_list``
-caps use
-:func:`differank.datamodules.query_batches.subsample_query` like ``LetorDataModule``.
+the user's file path. Batches follow the batch contract (docs/data.md#the-batch-contract) and are
+gathered by :mod:`differank.datamodules.split_tensors` like ``LetorDataModule``'s, ``max_list``
+caps included.
 """
 
 from __future__ import annotations
@@ -32,8 +31,8 @@ from statistics import NormalDist
 import numpy as np
 import torch
 
-from differank.datamodules.collate import collate_queries
-from differank.datamodules.query_batches import QueryBatchSampler, subsample_query
+from differank.datamodules.query_batches import QueryBatchSampler
+from differank.datamodules.split_tensors import QueryBatchDataset, SplitTensors
 
 MSLR_WEB30K = {
     "n_queries": 31531,
@@ -157,33 +156,27 @@ def iterate_batches(
     epoch: int = 0,
     shuffle: bool = True,
 ) -> Iterator[dict[str, torch.Tensor]]:
-    """One epoch of padded batches (length-bucketed like ``LetorDataModule``'s training loader).
+    """One epoch of padded batches, formed exactly as ``LetorDataModule``'s training loader
+    forms them (length-bucketed batches, one gather per batch, static lengths).
 
-    ``max_list`` caps each list by :func:`~differank.datamodules.query_batches.subsample_query`
-    (relevant documents kept first), so memory per batch is bounded by ``batch_size × max_list``.
+    ``max_list`` caps each list by the rule of
+    :func:`~differank.datamodules.query_batches.subsample_query` (relevant documents kept
+    first), so memory per batch is bounded by ``batch_size × max_list``.
     """
-    lengths = data.lengths
-    capped = lengths if max_list is None else np.minimum(lengths, max_list)
-    sampler = QueryBatchSampler(capped, batch_size, shuffle=shuffle, seed=seed)
-    rng = np.random.default_rng([seed, 3, epoch])
-    features = torch.from_numpy(data.features)
-    label_tensor = torch.from_numpy(data.labels)
-    for batch in sampler.batches(epoch):
-        items = []
-        for q in batch.tolist():
-            rows = np.arange(data.offsets[q], data.offsets[q + 1])
-            if max_list is not None and len(rows) > max_list:
-                rows = rows[subsample_query(data.labels[rows], max_list, rng)]
-            index = torch.from_numpy(rows)
-            items.append(
-                {
-                    "features": features[index],
-                    "labels": label_tensor[index],
-                    "qid": q,
-                    "doc_index": index,
-                }
-            )
-        yield collate_queries(items)
+    tensors = SplitTensors(
+        torch.from_numpy(data.features),
+        torch.from_numpy(data.labels),
+        torch.arange(len(data.labels)),
+        data.offsets,
+        np.arange(data.n_queries),
+    )
+    dataset = QueryBatchDataset(tensors, max_list)
+    sampler = QueryBatchSampler(
+        dataset.lengths, batch_size, shuffle=shuffle, seed=seed, draw_seeds=max_list is not None
+    )
+    sampler.set_epoch(epoch)
+    for keys in sampler:
+        yield dataset.__getitems__(keys)
 
 
 def _ascii_digits(values: np.ndarray, width: int) -> np.ndarray:

@@ -4,6 +4,8 @@ Public API::
 
     QueryBatchSampler(lengths, batch_size, *, shuffle, bucket_by_length=True, seed=0,
                       draw_seeds=False)       # a torch batch sampler over query indices
+    ShardedQueryBatchSampler(lengths, batch_size, *, rank, world_size, shuffle, **options)
+                                              # the share of one DDP process (all in one)
     subsample_query(labels, max_list, rng) -> np.ndarray   # kept positions, in file order
 
 Length bucketing keeps padding small: queries of similar length share a batch. Training
@@ -110,6 +112,79 @@ class QueryBatchSampler(Sampler):
         for batch in batches:
             seeds = rng.integers(0, 2**63 - 1, size=len(batch))
             yield list(zip(batch.tolist(), seeds.tolist(), strict=True))
+
+
+class ShardedQueryBatchSampler(Sampler):
+    """The loaders' batches: :class:`~differank.datamodules.query_batches.QueryBatchSampler` over
+    the share of the queries that process ``rank`` of ``world_size`` serves (all of them in one
+    process).
+
+    Under DDP (``use_distributed_sampler=False``) queries are dealt round-robin:
+
+    * Evaluation (``shuffle=False``): queries sorted by length are dealt once, so every query is
+      scored by exactly one process (no padding, no duplicates; shares differ by at most one
+      query) and synced metrics and gathered predictions equal a single process's.
+    * Training (``shuffle=True``): a new permutation each epoch, seeded by ``(seed, epoch)`` and
+      the same on every process, padded by repeating its first queries to a multiple of
+      ``world_size``, so every process has the same number of batches (DDP all-reduces
+      gradients once per batch).
+
+    ``sampler`` is this object itself: Lightning calls ``batch_sampler.sampler.set_epoch`` at
+    every epoch start (never ``batch_sampler.set_epoch``), and that is what makes a run resumed
+    from a checkpoint draw the same batches as an uninterrupted one.
+    """
+
+    def __init__(
+        self, lengths, batch_size: int, *, rank: int, world_size: int, shuffle: bool, **options
+    ):
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in 0..{world_size - 1}, got {rank!r}")
+        self.rank = int(rank)
+        if len(self.lengths) < world_size:
+            raise ValueError(
+                f"{len(self.lengths)} queries cannot be shared by {world_size} processes "
+                "(every process needs one); use fewer devices"
+            )
+        self.world_size, self.batch_size, self.shuffle = world_size, batch_size, shuffle
+        self.options = options
+        self.epoch = 0
+
+    @property
+    def sampler(self) -> ShardedQueryBatchSampler:
+        return self
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def _share(self, epoch: int) -> tuple[np.ndarray, QueryBatchSampler]:
+        n = len(self.lengths)
+        if self.world_size == 1:
+            order = np.arange(n)
+        elif self.shuffle:
+            order = np.random.default_rng([self.options.get("seed", 0), epoch, 2]).permutation(n)
+            order = np.resize(order, -(-n // self.world_size) * self.world_size)
+        else:
+            order = np.argsort(self.lengths, kind="stable")
+        mine = order[self.rank :: self.world_size]
+        batches = QueryBatchSampler(
+            self.lengths[mine], self.batch_size, shuffle=self.shuffle, **self.options
+        )
+        batches.set_epoch(epoch)
+        return mine, batches
+
+    def __len__(self) -> int:
+        return len(self._share(self.epoch)[1])
+
+    def __iter__(self) -> Iterator[list]:
+        epoch = self.epoch
+        self.epoch += 1
+        mine, batches = self._share(epoch)
+        for batch in batches:  # local positions -> the split's query positions
+            if self.options.get("draw_seeds"):
+                yield [(int(mine[i]), seed) for i, seed in batch]
+            else:
+                yield [int(mine[i]) for i in batch]
 
 
 def subsample_query(labels, max_list: int, rng: np.random.Generator) -> np.ndarray:

@@ -189,3 +189,43 @@ def test_scripts_run_from_another_directory(script, tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage:")
+
+
+def test_loss_cost_tiny(tmp_path):
+    import loss_cost
+
+    out = tmp_path / "loss_cost.md"
+    loss_cost.main(
+        ["--batch", "2", "--length", "6", "--features", "5", "--rounds", "1"]
+        + [
+            "--out",
+            str(out),
+        ]
+    )
+    text = out.read_text()
+    assert "| domination (default) |" in text and "| 1.0 |" in text
+    assert "| convex, num_samples 64 |" in text and RUN_LINE.search(text)
+
+
+def test_training_throughput_tiny(tmp_path):
+    import training_throughput
+
+    out = tmp_path / "training_throughput.md"
+    training_throughput.main(["--tiny", "--no-epoch", "--out", str(out)])
+    text = out.read_text()
+    assert (
+        "| domination | linear | no | 16 | 4 |" in text and "| cone | conerank | no | 8 |" in text
+    )
+    assert "skipped" not in text and RUN_LINE.search(text)
+
+
+def test_epoch_overhead_tiny(tmp_path):
+    import epoch_overhead
+
+    out = tmp_path / "epoch_overhead.md"
+    epoch_overhead.main(
+        ["--tiny", "--rounds", "1", "--data", str(tmp_path / "set"), "--out", str(out)]
+    )
+    text = out.read_text()
+    assert "| per-query loop + collate_queries (before) |" in text and "Target:" in text
+    assert RUN_LINE.search(text)

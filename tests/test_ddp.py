@@ -11,8 +11,7 @@ import pytest
 from lightning_fabric.utilities.data import _set_sampler_epoch
 from torch.utils.data import DataLoader
 
-from differank.datamodules.letor import ShardedQueryBatchSampler
-from differank.datamodules.query_batches import QueryBatchSampler
+from differank.datamodules.query_batches import QueryBatchSampler, ShardedQueryBatchSampler
 from tests.conftest import ROOT
 from train import compose_run, train
 

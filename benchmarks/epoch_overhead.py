@@ -1,0 +1,276 @@
+"""What the data side adds to a training epoch: one epoch of ``LetorDataModule``'s training
+loader plus the model+loss steps, against the same steps on the same batches already in memory.
+
+    python benchmarks/epoch_overhead.py --out benchmarks/results/epoch_overhead.md
+    python benchmarks/epoch_overhead.py --tiny         # smoke run (seconds)
+
+The set is benchmarks/data_path.py's MSLR-WEB30K-shaped LETOR text at ``--fraction`` (1/8:
+2,365 training queries, 136 features), read once so that the cache is warm. The model is
+``model=linear loss=domination`` (the :class:`RankingModule` train.py builds, Adam), batch size
+32. Every approach to forming batches is measured in the same run, in interleaved rounds
+(``--rounds``; the fastest round of each figure is reported):
+
+* build: iterating the loader alone (every batch of one epoch);
+* steps: forward + loss + backward + Adam step on that epoch's batches, built beforehand;
+* epoch: the loader and the steps together, as training runs them;
+* ratio = epoch / steps (the target is <= 1.25).
+
+A last row runs the epoch through Lightning's ``Trainer.fit`` (no validation, no logging or
+checkpoints), timed from the training epoch's start to its end (the second epoch: the first
+pays one-off set-up), against the same steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import time
+from pathlib import Path
+
+import measure
+import torch
+from data_path import write_set
+
+BATCH_SIZE = 32
+
+
+def old_loader(dataset, sampler):
+    """The previous loader: one item per query (a Python loop), padded by ``collate_queries``."""
+    from differank.datamodules.collate import collate_queries
+
+    tensors = dataset.tensors
+    offsets, rows = tensors.offsets.numpy(), tensors.rows
+    for keys in sampler:
+        items = []
+        for q in keys:
+            index = rows[offsets[q] : offsets[q + 1]]
+            items.append(
+                {
+                    "features": tensors.features[index],
+                    "labels": tensors.labels[index],
+                    "qid": int(tensors.query_ids[q]),
+                    "doc_index": index,
+                }
+            )
+        yield collate_queries(items)
+
+
+@contextlib.contextmanager
+def pad_to_longest():
+    """Dynamic padding (L = the batch's longest list) instead of the static lengths."""
+    from differank.datamodules import split_tensors
+
+    rule = split_tensors.padded_length
+    split_tensors.padded_length = lambda longest, cap: longest
+    try:
+        yield
+    finally:
+        split_tensors.padded_length = rule
+
+
+def approaches(dm):
+    """name -> (a function giving one epoch's batch iterator, a context to run it in)."""
+    from torch.utils.data import DataLoader
+
+    from differank.datamodules.split_tensors import QueryBatchDataset, SplitTensors
+
+    host = dm.dataset("train")
+    t = host.tensors
+    in_ram = QueryBatchDataset(
+        SplitTensors(t.features.clone(), t.labels.clone(), t.rows, t.offsets, t.query_ids)
+    )
+    loader = dm.train_dataloader()
+    sampler = loader.batch_sampler
+    plain = DataLoader(host, batch_sampler=sampler, collate_fn=host.collate_fn)
+
+    def first_epoch(batches):
+        """Every approach serves the batches of epoch 0 (the same queries, the same draws)."""
+
+        def epoch():
+            sampler.set_epoch(0)
+            return batches()
+
+        return epoch
+
+    def with_dataset(dataset):
+        return first_epoch(lambda: (dataset.__getitems__(keys) for keys in sampler))
+
+    return {
+        "per-query loop + collate_queries (before)": (
+            first_epoch(lambda: old_loader(host, sampler)),
+            contextlib.nullcontext,
+        ),
+        "gather, static lengths, next batch built in a thread (this change's loader)": (
+            first_epoch(lambda: iter(loader)),
+            contextlib.nullcontext,
+        ),
+        "gather, static lengths, plain DataLoader (no prefetch)": (
+            first_epoch(lambda: iter(plain)),
+            contextlib.nullcontext,
+        ),
+        "gather, static lengths, no DataLoader": (with_dataset(host), contextlib.nullcontext),
+        "gather, pad to the longest list, no prefetch": (
+            first_epoch(lambda: iter(plain)),
+            pad_to_longest,
+        ),
+        "gather from an in-RAM copy (not the mapped cache), no prefetch": (
+            with_dataset(in_ram),
+            contextlib.nullcontext,
+        ),
+    }
+
+
+def make_model(n_features: int):
+    from differank.losses.domination import DominationLoss
+    from differank.rankers.scorers.linear import LinearRanker
+    from differank.rankers.training.module import RankingModule
+
+    torch.manual_seed(0)
+    module = RankingModule(
+        LinearRanker,
+        DominationLoss(),
+        lambda params: torch.optim.Adam(params, lr=0.01),
+        n_features=n_features,
+    )
+    return module, module.configure_optimizers()
+
+
+def step(module, optimizer, batch) -> None:
+    loss = module.batch_loss(batch) + module.penalty()
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
+class Clock:
+    """Process CPU seconds (what this process spent, whatever else runs on the shared machine;
+    with one torch thread, the wall time of an idle machine) and wall seconds."""
+
+    def __enter__(self):
+        self.cpu, self.wall = time.process_time(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.cpu, self.wall = time.process_time() - self.cpu, time.perf_counter() - self.wall
+
+
+def measure_approach(epoch, module, optimizer) -> dict:
+    with Clock() as build:
+        batches = list(epoch())
+    with Clock() as steps:
+        for batch in batches:
+            step(module, optimizer, batch)
+    slots = sum(b["mask"].numel() for b in batches) / sum(int(b["mask"].sum()) for b in batches)
+    shapes = len({b["features"].shape[1] for b in batches})
+    batches.clear()
+    with Clock() as together:
+        for batch in epoch():
+            step(module, optimizer, batch)
+    row = {"padding": slots, "L": shapes}
+    for name, clock in (("build", build), ("steps", steps), ("epoch", together)):
+        row.update({name: clock.cpu, f"{name} wall": clock.wall})
+    return row
+
+
+def lightning_epoch(dm, module) -> dict:
+    import pytorch_lightning as pl
+
+    times = []
+
+    class EpochTimer(pl.Callback):
+        def on_train_epoch_start(self, trainer, pl_module):
+            self.clock = Clock().__enter__()
+
+        def on_train_epoch_end(self, trainer, pl_module):
+            self.clock.__exit__()
+            times.append({"epoch": self.clock.cpu, "epoch wall": self.clock.wall})
+
+    trainer = pl.Trainer(
+        max_epochs=2,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        callbacks=[EpochTimer()],
+    )
+    trainer.fit(module, datamodule=dm)
+    return times[-1]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--fraction", type=float, default=0.125)
+    parser.add_argument("--tiny", action="store_true", help="smoke mode: fraction 0.002")
+    parser.add_argument("--data", type=Path, help="where the text goes (default /tmp/...)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    from differank.datamodules.letor import LetorDataModule
+
+    torch.set_num_threads(args.threads)
+    fraction = 0.002 if args.tiny else args.fraction
+    data = args.data or Path(f"/tmp/differank-mslr-{fraction:g}")
+    info = write_set(data, fraction, seed=0)
+    dm = LetorDataModule(data, batch_size=BATCH_SIZE, cache_dir=data / "cache")
+    dm.setup()  # parses once (cold) or loads the cache; the rounds below run warm
+    module, optimizer = make_model(dm.n_features)
+    runs = approaches(dm)
+    rows: dict[str, list[dict]] = {name: [] for name in runs}
+    for _ in range(args.rounds):
+        for name, (epoch, context) in runs.items():
+            with context():
+                rows[name].append(measure_approach(epoch, module, optimizer))
+    best = {name: {k: min(r[k] for r in tries) for k in tries[0]} for name, tries in rows.items()}
+    tries = [lightning_epoch(dm, make_model(dm.n_features)[0]) for _ in range(2)]
+    with_lightning = {k: min(t[k] for t in tries) for k in tries[0]}
+    default = best["gather, static lengths, next batch built in a thread (this change's loader)"]
+    n_batches = len(dm.train_dataloader())
+    lines = [
+        f"MSLR-WEB30K-shaped set at fraction {fraction:g} (benchmarks/data_path.py's text, warm "
+        f"cache): {len(dm.dataset('train'))} training queries, {dm.num_rows('train'):,} rows, "
+        f"{info['features']} features; {n_batches} batches of {BATCH_SIZE} queries; "
+        f"model=linear loss=domination (Adam); {torch.get_num_threads()} torch thread(s); "
+        f"fastest of {args.rounds} interleaved rounds. Seconds are this process's CPU time "
+        "(wall time in brackets: the machine is shared, so wall times vary with the others' load).",
+        "",
+        "| batches formed by | build s | steps s (batches in memory) | epoch s (loader + steps) "
+        "| epoch / steps CPU (wall) | padded / real slots | distinct L |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def ratios(epoch, steps):
+        cpu = epoch["epoch"] / steps["steps"]
+        return f"{cpu:.2f}x ({epoch['epoch wall'] / steps['steps wall']:.2f}x)"
+
+    def cell(row, key):
+        return f"{row[key]:.3f} ({row[key + ' wall']:.3f})"
+
+    for name, row in best.items():
+        lines.append(
+            f"| {name} | {cell(row, 'build')} | {cell(row, 'steps')} | {cell(row, 'epoch')} | "
+            f"{ratios(row, row)} | {row['padding']:.2f} | {row['L']} |"
+        )
+    lines.append(
+        f"| Lightning `Trainer.fit`, 2nd epoch, this change's loader | - | "
+        f"{cell(default, 'steps')} | {cell(with_lightning, 'epoch')} | "
+        f"{ratios(with_lightning, default)} | - | - |"
+    )
+    lines += [
+        "",
+        f"Target: epoch <= 1.25 x steps. This change's loader: {ratios(default, default)}, CPU "
+        "time (wall time); the thread overlaps the gather with the step, which saves wall time "
+        "only (the CPU time of both threads is counted).",
+    ]
+    text = "\n".join(lines) + "\n\n" + measure.metadata_line(measure.run_metadata("cpu"))
+    print(text, flush=True)
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""datamodules/prefetch.py: the next batch is built in a thread, the batches are the plain
+DataLoader's, and a loop that stops early leaves no thread behind (worker processes: the
+plain DataLoader, tests/test_letor.py::test_workers)."""
+
+import threading
+
+import torch
+from torch.utils.data import DataLoader
+
+from differank.datamodules.prefetch import PrefetchingDataLoader
+
+
+class Squares(torch.utils.data.Dataset):
+    def __init__(self):
+        self.threads = set()
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, index):
+        self.threads.add(threading.current_thread().name)
+        return torch.tensor([index * index])
+
+
+def test_same_batches_as_a_plain_loader_built_in_another_thread():
+    dataset = Squares()
+    plain = [b.tolist() for b in DataLoader(dataset, batch_size=3)]
+    dataset.threads.clear()
+    prefetched = [b.tolist() for b in PrefetchingDataLoader(dataset, batch_size=3)]
+    assert prefetched == plain and len(prefetched) == 4
+    assert dataset.threads and all(name.startswith("batches") for name in dataset.threads)
+
+
+def test_stopping_early_leaves_no_thread():
+    before = threading.active_count()
+    for batch in PrefetchingDataLoader(Squares(), batch_size=2):
+        assert batch.tolist() == [[0], [1]]
+        break
+    assert threading.active_count() == before
