@@ -46,11 +46,11 @@ class ConvexOptions:
 
     Example:
         >>> ConvexOptions(delta="ndcg", ndcg_k=10).num_samples
-        1000
+        64
     """
 
     delta: str = "auc"
-    num_samples: int = 1000
+    num_samples: int = 64  # 5-fold MQ2008 validation MAP 0.4810 (S = 1000: 0.4806), 9x cheaper
     restart_skew: float = -20.0
     walk_length: int = 10
     space: str = "permutations"

@@ -84,6 +84,12 @@ def test_the_cli_writes_the_mean_of_the_members_predictions_and_its_metrics(runs
     sources = (out / "predictions" / "test.sources").read_text().split()
     assert sources == (runs[0] / "predictions" / "test.sources").read_text().split()
     metrics = json.loads((out / "test_metrics.json").read_text())
+    assert set(metrics.pop("conventions")) == {
+        "letor",
+        "trec",
+        "no_relevant_as_1",
+        "no_relevant_dropped",
+    }
     assert metrics == pytest.approx(evaluate_files(sources, out / "predictions" / "test.txt"))
     assert (out / "predictions" / "test.run").is_file()
     assert (out / "predictions" / "test.qrels").is_file()

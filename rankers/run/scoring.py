@@ -30,9 +30,9 @@ from rich.console import Console
 from rich.table import Table
 from torch import nn
 
-from differank.datamodules.collate import collate_queries
-from differank.datamodules.letor import LetorQueryDataset, LetorSplit
+from differank.datamodules.letor import LetorSplit
 from differank.datamodules.reader import group_queries, read_letor_file
+from differank.datamodules.split_tensors import SplitTensors
 from differank.rankers.metrics.evaluate import convention_means, evaluate_arrays
 from differank.rankers.run.export import write_trec_qrels, write_trec_run
 from differank.rankers.training.module import scores_in_row_order
@@ -87,11 +87,15 @@ def read_letor_files(
 @torch.no_grad()
 def score_split(scorer: nn.Module, split: LetorSplit, batch_size: int = 128) -> torch.Tensor:
     """``scorer(features, mask)`` of every row of ``split``, float64 [rows] in row order."""
-    dataset = LetorQueryDataset(split)
+    tensors = SplitTensors.from_queries(
+        split.features,
+        split.labels,
+        [split.query_rows[q] for q in split.queries],
+        split.query_ids[split.queries],
+    )
     rows, values = [], []
-    for start in range(0, len(dataset), batch_size):
-        stop = min(start + batch_size, len(dataset))
-        batch = collate_queries([dataset[i] for i in range(start, stop)])
+    for start in range(0, len(tensors.lengths), batch_size):
+        batch = tensors.batch(np.arange(start, min(start + batch_size, len(tensors.lengths))))
         scores = scorer(batch["features"], batch["mask"])
         rows.append(batch["doc_index"][batch["mask"]])
         values.append(scores[batch["mask"]])
