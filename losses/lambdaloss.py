@@ -1,0 +1,184 @@
+"""LambdaLoss: the metric-driven pairwise framework (Wang et al., CIKM 2018) with allRank's
+weighting schemes; docs/objectives/standard.md#lambdaloss."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from differank.losses.algorithms.gains import ideal_dcg, label_gains, position_discounts
+from differank.losses.algorithms.pairs import valid_queries
+from differank.losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
+from differank.losses.reduction import check_reduction, reduce_queries
+
+WEIGHTINGS = (
+    "ndcgLoss1",
+    "ndcgLoss2",
+    "ndcgLoss2++",
+    "lambdaRank",
+    "rankNet",
+    "rankNetWeightedByGTDiff",
+    "rankNetWeightedByGTDiffPowed",
+)
+LOGARITHMS = ("binary", "natural")
+
+
+def check_lambda_options(weighting: str, k: int | None, sigma: float, logarithm: str) -> None:
+    """Raise ValueError for an unknown weighting or logarithm, ``k < 1`` or ``sigma <= 0``."""
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
+    if logarithm not in LOGARITHMS:
+        raise ValueError(f"logarithm must be one of {LOGARITHMS}, got {logarithm!r}")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise ValueError(f"k must be a positive int or None, got {k!r}")
+    if not sigma > 0:
+        raise ValueError(f"sigma must be > 0, got {sigma!r}")
+
+
+def _pair_weights(
+    weighting: str, gains: torch.Tensor, labels: torch.Tensor, mu: float
+) -> torch.Tensor | float:
+    """The weight of the pair at sorted positions (i, j) (Wang et al. 2018, Table 1).
+
+    ``gains`` are ``G = (2^l - 1) / maxDCG`` and ``labels`` the labels, both in score order, [B, n].
+    """
+    n = gains.shape[-1]
+    inverse_discount = position_discounts(n, gains)  # 1 / D_i
+    gain_gap = (gains.unsqueeze(-1) - gains.unsqueeze(-2)).abs()
+    if weighting == "ndcgLoss1":  # G_i / D_i, for every j
+        return (gains * inverse_discount).unsqueeze(-1)
+    if weighting == "rankNet":
+        return 1.0
+    if weighting == "rankNetWeightedByGTDiff":
+        return (labels.unsqueeze(-1) - labels.unsqueeze(-2)).abs()
+    if weighting == "rankNetWeightedByGTDiffPowed":
+        return (labels.square().unsqueeze(-1) - labels.square().unsqueeze(-2)).abs()
+    # delta_{|i-j|} = |1/D_{|i-j|} - 1/D_{|i-j|+1}| (0 on the diagonal), lambdaRank |1/D_i - 1/D_j|
+    positions = torch.arange(n, device=gains.device)
+    distance = (positions.unsqueeze(-1) - positions.unsqueeze(-2)).abs()
+    step = torch.cat([inverse_discount.new_ones(1), inverse_discount])  # 1/D_0 unused
+    gap_discount = torch.where(
+        distance > 0, (step[distance] - step[distance + 1]).abs(), torch.zeros_like(step[distance])
+    )
+    lambda_rank = (inverse_discount.unsqueeze(-1) - inverse_discount.unsqueeze(-2)).abs()
+    per_position = {
+        "ndcgLoss2": gap_discount,
+        "lambdaRank": lambda_rank,
+        "ndcgLoss2++": mu * gap_discount + lambda_rank,
+    }[weighting]
+    return per_position * gain_gap
+
+
+def lambda_loss(
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    weighting: str = "ndcgLoss2++",
+    k: int | None = None,
+    sigma: float = 1.0,
+    mu: float = 10.0,
+    eps: float = 1e-10,
+    logarithm: str = "binary",
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """LambdaLoss (Wang et al. 2018, eq. 10 and the weights of its Table 1), as allRank computes it.
+
+    Documents are sorted by score (descending; equal scores keep their index order). For the
+    pairs of sorted positions ``i, j < k`` with ``l_i > l_j`` (every pair, the diagonal
+    included, for ``ndcgLoss1``)::
+
+        L_q = -Σ_{i,j} log2( max( max(σ(sigma·(s_i - s_j)), eps)^{w_ij}, eps ) )
+
+    with ``G_i = (2^{l_i} - 1) / maxDCG@k``, ``D_i = log2(1 + i)`` and the weights ``w_ij``:
+    ``ndcgLoss1`` G_i/D_i; ``ndcgLoss2`` |1/D_{|i-j|} - 1/D_{|i-j|+1}|·|G_i - G_j|;
+    ``lambdaRank`` |1/D_i - 1/D_j|·|G_i - G_j|; ``ndcgLoss2++`` mu·ndcgLoss2 + lambdaRank;
+    ``rankNet`` 1; ``rankNetWeightedByGTDiff`` |l_i - l_j|; ``rankNetWeightedByGTDiffPowed``
+    |l_i² - l_j²|. The weights are constants (no gradient), as in the paper and allRank.
+    ``logarithm="natural"`` uses ln. Per-query sum; allRank's default ``reduction="sum"`` is
+    ``reduction="sum"`` here. Inputs follow ``differank.losses.inputs``.
+
+    Shape:
+        scores, labels, mask: [B, L] -> [B] for ``reduction="none"``, else a scalar.
+        Memory: a few [B, k, k] tensors (k = L when ``k=None``).
+
+    Example:
+        >>> scores = torch.tensor([[0.0, 1.0, 9.0]])
+        >>> labels = torch.tensor([[1.0, 0.0, float("nan")]])
+        >>> mask = torch.tensor([[True, True, False]])
+        >>> lambda_loss(scores, labels, mask, weighting="rankNet")
+        tensor(1.8946)
+    """
+    check_reduction(reduction)
+    check_lambda_options(weighting, k, sigma, logarithm)
+    scores, labels, mask = list_inputs(scores, labels, mask)
+    safe = finite_scores(scores, mask)
+    gains = label_gains(labels, mask)
+    max_dcg = ideal_dcg(gains, k).clamp(min=eps)
+    # padded slots sort last, so sorted position i is the i-th real document
+    key = torch.where(mask, safe, torch.full_like(safe, float("-inf")))
+    order = key.argsort(dim=-1, descending=True, stable=True)[..., :k]
+    top_scores = safe.gather(-1, order)
+    top_real = mask.gather(-1, order)
+    top_labels = torch.where(top_real, labels.gather(-1, order), 0.0).clamp(min=0.0)
+    top_gains = gains.gather(-1, order) / max_dcg.unsqueeze(-1)
+
+    pairs = top_real.unsqueeze(-1) & top_real.unsqueeze(-2)
+    if weighting != "ndcgLoss1":
+        pairs = pairs & (top_labels.unsqueeze(-1) > top_labels.unsqueeze(-2))
+    weights = _pair_weights(weighting, top_gains, top_labels, mu)
+    difference = top_scores.unsqueeze(-1) - top_scores.unsqueeze(-2)
+    log_eps = math.log(eps)
+    # log(max(p, eps)^w) = w·max(log p, log eps), itself kept above log eps (allRank's clamps)
+    log_probability = (weights * F.logsigmoid(sigma * difference).clamp(min=log_eps)).clamp(
+        min=log_eps
+    )
+    pair_loss = torch.where(pairs, -log_probability, torch.zeros_like(log_probability))
+    per_query = pair_loss.sum(dim=(-1, -2))
+    if logarithm == "binary":
+        per_query = per_query / math.log(2.0)
+    valid = valid_queries(labels, mask)
+    per_query = nan_for_nonfinite_scores(per_query, scores, mask, valid)
+    return reduce_queries(per_query, valid, reduction)
+
+
+class LambdaLoss(nn.Module):
+    """Module form of :func:`lambda_loss`."""
+
+    def __init__(
+        self,
+        *,
+        weighting: str = "ndcgLoss2++",
+        k: int | None = None,
+        sigma: float = 1.0,
+        mu: float = 10.0,
+        eps: float = 1e-10,
+        logarithm: str = "binary",
+        reduction: str = "mean",
+    ) -> None:
+        super().__init__()
+        check_lambda_options(weighting, k, sigma, logarithm)
+        if not eps > 0:
+            raise ValueError(f"eps must be > 0, got {eps!r}")
+        self.weighting, self.k, self.logarithm = weighting, k, logarithm
+        self.sigma, self.mu, self.eps = float(sigma), float(mu), float(eps)
+        self.reduction = check_reduction(reduction)
+
+    def forward(
+        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        return lambda_loss(
+            scores,
+            labels,
+            mask,
+            weighting=self.weighting,
+            k=self.k,
+            sigma=self.sigma,
+            mu=self.mu,
+            eps=self.eps,
+            logarithm=self.logarithm,
+            reduction=self.reduction,
+        )
