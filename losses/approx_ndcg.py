@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from differank.losses.algorithms.chunks import query_chunks
 from differank.losses.algorithms.gains import ideal_dcg, label_gains
 from differank.losses.algorithms.pairs import valid_queries
 from differank.losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
@@ -19,6 +20,41 @@ def check_positive(name: str, value: float) -> float:
     return float(value)
 
 
+def _beaten_probabilities(scaled: torch.Tensor, real: torch.Tensor, eps: float) -> torch.Tensor:
+    """``real_j · max(σ(a_j - a_i), eps)`` [b, i, j] for scaled scores ``a``, in place on one
+    buffer."""
+    beaten = scaled.unsqueeze(-2) - scaled.unsqueeze(-1)
+    return beaten.sigmoid_().clamp_(min=eps).mul_(real.unsqueeze(-2))
+
+
+class _BeatenSum(torch.autograd.Function):
+    """``Σ_j real_j · max(σ(a_j - a_i), eps)`` for scaled scores ``a`` [B, L], with its
+    gradient written out: per query chunk, one [chunk, L, L] buffer forward and one backward
+    (autograd would allocate about ten [B, L, L] tensors)."""
+
+    @staticmethod
+    def forward(ctx, scaled, real, eps):
+        ctx.save_for_backward(scaled, real)
+        ctx.eps = eps
+        chunks = query_chunks(scaled.shape[0], scaled.shape[-1])
+        sums = [_beaten_probabilities(scaled[c], real[c], eps).sum(dim=-1) for c in chunks]
+        return torch.cat(sums) if sums else scaled.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        scaled, real = ctx.saved_tensors
+        parts = []
+        for c in query_chunks(scaled.shape[0], scaled.shape[-1]):
+            slope = (scaled[c].unsqueeze(-2) - scaled[c].unsqueeze(-1)).sigmoid_()
+            # d max(σ(x), eps)/dx = σ(1 - σ) where σ >= eps, else 0 (torch.clamp's rule)
+            slope.masked_fill_(slope < ctx.eps, 0.0)
+            slope.addcmul_(slope, slope, value=-1.0).mul_(real[c].unsqueeze(-2))
+            # x_ij = a_j - a_i: a_j gets Σ_i grad_i slope_ij, a_i loses grad_i Σ_j slope_ij
+            incoming = (grad[c].unsqueeze(-2) @ slope).squeeze(-2)
+            parts.append(incoming - grad[c] * slope.sum(dim=-1))
+        return (torch.cat(parts) if parts else torch.zeros_like(scaled)), None, None
+
+
 def approx_positions(
     scores: torch.Tensor, mask: torch.Tensor, *, alpha: float = 1.0, eps: float = 0.0
 ) -> torch.Tensor:
@@ -27,17 +63,16 @@ def approx_positions(
     ``scores`` must be finite at every slot (padded slots are never read through the sum).
 
     Shape:
-        scores, mask: [B, L] -> [B, L]. Memory: one [B, L, L].
+        scores, mask: [B, L] -> [B, L]. Memory: [chunk, L, L] (``query_chunks``).
 
     Example:
         >>> approx_positions(torch.tensor([[2.0, 0.0]]), torch.tensor([[True, True]]), alpha=100.0)
         tensor([[1., 2.]])
     """
-    beaten = torch.sigmoid(alpha * (scores.unsqueeze(-2) - scores.unsqueeze(-1))).clamp(min=eps)
-    beaten = torch.where(mask.unsqueeze(-2), beaten, torch.zeros_like(beaten))
+    real = mask.to(scores.dtype)
     # the diagonal term is σ(0) = 1/2 (above any eps), removed by subtracting it instead of
-    # masking the diagonal: one [B, L, L] pass less
-    return 0.5 + beaten.sum(dim=-1)
+    # masking the diagonal
+    return 0.5 + _BeatenSum.apply(alpha * scores, real, eps)
 
 
 def approx_ndcg_loss(

@@ -7,8 +7,8 @@ import math
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
+from differank.losses.algorithms.chunks import query_chunks
 from differank.losses.algorithms.gains import ideal_dcg, label_gains, position_discounts
 from differank.losses.algorithms.pairs import valid_queries
 from differank.losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
@@ -38,38 +38,88 @@ def check_lambda_options(weighting: str, k: int | None, sigma: float, logarithm:
         raise ValueError(f"sigma must be > 0, got {sigma!r}")
 
 
-def _pair_weights(
-    weighting: str, gains: torch.Tensor, labels: torch.Tensor, mu: float
-) -> torch.Tensor | float:
-    """The weight of the pair at sorted positions (i, j) (Wang et al. 2018, Table 1).
-
-    ``gains`` are ``G = (2^l - 1) / maxDCG`` and ``labels`` the labels, both in score order, [B, n].
-    """
-    n = gains.shape[-1]
-    inverse_discount = position_discounts(n, gains)  # 1 / D_i
-    gain_gap = (gains.unsqueeze(-1) - gains.unsqueeze(-2)).abs()
-    if weighting == "ndcgLoss1":  # G_i / D_i, for every j
-        return (gains * inverse_discount).unsqueeze(-1)
-    if weighting == "rankNet":
-        return 1.0
-    if weighting == "rankNetWeightedByGTDiff":
-        return (labels.unsqueeze(-1) - labels.unsqueeze(-2)).abs()
-    if weighting == "rankNetWeightedByGTDiffPowed":
-        return (labels.square().unsqueeze(-1) - labels.square().unsqueeze(-2)).abs()
-    # delta_{|i-j|} = |1/D_{|i-j|} - 1/D_{|i-j|+1}| (0 on the diagonal), lambdaRank |1/D_i - 1/D_j|
-    positions = torch.arange(n, device=gains.device)
+def _position_weights(weighting: str, n: int, mu: float, like: torch.Tensor) -> torch.Tensor:
+    """The factor of ``|G_i - G_j|`` that depends on the sorted positions only, [n, n]:
+    ``delta_{|i-j|} = |1/D_{|i-j|} - 1/D_{|i-j|+1}|`` (0 on the diagonal) for ndcgLoss2,
+    ``|1/D_i - 1/D_j|`` for lambdaRank, ``mu·delta + |1/D_i - 1/D_j|`` for ndcgLoss2++."""
+    inverse_discount = position_discounts(n, like)  # 1 / D_i
+    positions = torch.arange(n, device=like.device)
     distance = (positions.unsqueeze(-1) - positions.unsqueeze(-2)).abs()
     step = torch.cat([inverse_discount.new_ones(1), inverse_discount])  # 1/D_0 unused
     gap_discount = torch.where(
         distance > 0, (step[distance] - step[distance + 1]).abs(), torch.zeros_like(step[distance])
     )
     lambda_rank = (inverse_discount.unsqueeze(-1) - inverse_discount.unsqueeze(-2)).abs()
-    per_position = {
+    return {
         "ndcgLoss2": gap_discount,
         "lambdaRank": lambda_rank,
         "ndcgLoss2++": mu * gap_discount + lambda_rank,
-    }[weighting]
-    return per_position * gain_gap
+    }.get(weighting, lambda_rank)
+
+
+def _pair_weights(weighting: str, sorted_terms: tuple, per_position: torch.Tensor) -> torch.Tensor:
+    """``w_ij`` of the pairs at sorted positions (i, j) (Wang et al. 2018, Table 1), 0 for the
+    pairs that do not count, [chunk, n, n]. ``sorted_terms`` are, in score order, the
+    normalised gains G, the labels clamped at 0, the labels and the real-document mask."""
+    gains, clamped, labels, real = sorted_terms
+    pairs = real.unsqueeze(-1) & real.unsqueeze(-2)
+    if weighting == "ndcgLoss1":  # G_i / D_i for every j, the diagonal included
+        weight = (gains * position_discounts(gains.shape[-1], gains)).unsqueeze(-1)
+        return torch.where(pairs, weight, 0.0)
+    pairs = pairs & (labels.unsqueeze(-1) > labels.unsqueeze(-2))
+    if weighting == "rankNet":
+        return pairs.to(gains.dtype)
+    if weighting == "rankNetWeightedByGTDiff":
+        gap = clamped.unsqueeze(-1) - clamped.unsqueeze(-2)
+    elif weighting == "rankNetWeightedByGTDiffPowed":
+        gap = clamped.square().unsqueeze(-1) - clamped.square().unsqueeze(-2)
+    else:
+        gap = (gains.unsqueeze(-1) - gains.unsqueeze(-2)).mul_(per_position)
+    return gap.abs_().mul_(pairs)
+
+
+def _clamped_log_sigmoid(scaled: torch.Tensor, log_eps: float) -> torch.Tensor:
+    """``max(log σ(x_i - x_j), log eps)`` [chunk, n, n], in place on one buffer
+    (``-log1p(exp(-x))``: an overflow to -inf lands on the clamp)."""
+    difference = scaled.unsqueeze(-1) - scaled.unsqueeze(-2)
+    return difference.neg_().exp_().log1p_().neg_().clamp_(min=log_eps)
+
+
+class _WeightedPairLoss(torch.autograd.Function):
+    """``-Σ_{i,j} max(w_ij · max(log σ(x_i - x_j), log eps), log eps)`` per query [B], with its
+    gradient written out, computed per query chunk on a few [chunk, n, n] buffers (autograd
+    would keep about ten [B, n, n] tensors). The weights are rebuilt in the backward pass
+    rather than stored."""
+
+    @staticmethod
+    def forward(ctx, scaled, gains, clamped, labels, real, per_position, weighting, log_eps):
+        ctx.save_for_backward(scaled, gains, clamped, labels, real, per_position)
+        ctx.weighting, ctx.log_eps = weighting, log_eps
+        losses = []
+        for c in query_chunks(scaled.shape[0], scaled.shape[-1]):
+            terms = (gains[c], clamped[c], labels[c], real[c])
+            weights = _pair_weights(weighting, terms, per_position)
+            log_probability = _clamped_log_sigmoid(scaled[c], log_eps)
+            losses.append(-log_probability.mul_(weights).clamp_(min=log_eps).sum(dim=(-1, -2)))
+        return torch.cat(losses) if losses else scaled.sum(dim=-1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        scaled, gains, clamped, labels, real, per_position = ctx.saved_tensors
+        parts = []
+        for c in query_chunks(scaled.shape[0], scaled.shape[-1]):
+            terms = (gains[c], clamped[c], labels[c], real[c])
+            weights = _pair_weights(ctx.weighting, terms, per_position)
+            log_probability = _clamped_log_sigmoid(scaled[c], ctx.log_eps)
+            # each clamp passes the gradient only where it does not bind (torch.clamp's rule; the
+            # inner one binds where the clamped value equals log eps)
+            active = (log_probability > ctx.log_eps) & (log_probability * weights >= ctx.log_eps)
+            # d/dx max(w log σ(x)) = w (1 - σ(x)) = -w expm1(log σ(x))
+            slope = log_probability.expm1_().neg_().mul_(weights).mul_(active)
+            slope.mul_(-grad[c].reshape(-1, 1, 1))
+            parts.append(slope.sum(dim=-1) - slope.sum(dim=-2))
+        grad_scaled = torch.cat(parts) if parts else torch.zeros_like(scaled)
+        return grad_scaled, None, None, None, None, None, None, None
 
 
 def lambda_loss(
@@ -125,19 +175,18 @@ def lambda_loss(
     top_real = mask.gather(-1, order)
     top_labels = torch.where(top_real, labels.gather(-1, order), 0.0).clamp(min=0.0)
     top_gains = gains.gather(-1, order) / max_dcg.unsqueeze(-1)
-
-    pairs = top_real.unsqueeze(-1) & top_real.unsqueeze(-2)
-    if weighting != "ndcgLoss1":
-        pairs = pairs & (top_labels.unsqueeze(-1) > top_labels.unsqueeze(-2))
-    weights = _pair_weights(weighting, top_gains, top_labels, mu)
-    difference = top_scores.unsqueeze(-1) - top_scores.unsqueeze(-2)
-    log_eps = math.log(eps)
-    # log(max(p, eps)^w) = w·max(log p, log eps), itself kept above log eps (allRank's clamps)
-    log_probability = (weights * F.logsigmoid(sigma * difference).clamp(min=log_eps)).clamp(
-        min=log_eps
+    top_raw_labels = torch.where(top_real, labels.gather(-1, order), 0.0)
+    per_position = _position_weights(weighting, order.shape[-1], mu, top_gains)
+    per_query = _WeightedPairLoss.apply(
+        sigma * top_scores,
+        top_gains,
+        top_labels,
+        top_raw_labels,
+        top_real,
+        per_position,
+        weighting,
+        math.log(eps),
     )
-    pair_loss = torch.where(pairs, -log_probability, torch.zeros_like(log_probability))
-    per_query = pair_loss.sum(dim=(-1, -2))
     if logarithm == "binary":
         per_query = per_query / math.log(2.0)
     valid = valid_queries(labels, mask)
