@@ -328,3 +328,29 @@ def test_accelerator_path_reads_no_value_on_the_host(name):
     value = module(**options)(scores, labels, mask)
     value.backward()
     assert value.shape == () and scores.grad.shape == scores.shape
+
+
+def test_neural_ndcg_gradient_with_early_stopping_passes_gradcheck():
+    """Queries freeze at different iterations (the tolerance binds): the written-out Sinkhorn
+    backward is still the derivative of what the forward computes."""
+    scores, labels, mask = random_batch(10)
+    scores = torch.where(mask, scores, 0.0).requires_grad_(True)
+    stops = neural_ndcg_loss(scores, labels, mask, reduction="none", sinkhorn_tolerance=1e-3)
+    runs = neural_ndcg_loss(scores, labels, mask, reduction="none", sinkhorn_tolerance=0.0)
+    assert not torch.equal(stops, runs)  # some query stopped early
+    torch.autograd.gradcheck(
+        lambda s: neural_ndcg_loss(s, labels, mask, reduction="none", sinkhorn_tolerance=1e-3),
+        (scores,),
+    )
+
+
+def test_sinkhorn_stops_when_every_query_converged_only_on_the_cpu_eager_path(monkeypatch):
+    """The early exit (a host read) gives what running every iteration frozen gives."""
+    scores, labels, mask = random_batch(11)
+    options = {"reduction": "none", "sinkhorn_tolerance": 1e-3}
+    eager = value_and_gradient(neural_ndcg_loss, scores, labels, mask, **options)
+    monkeypatch.setattr(
+        "differank.losses.algorithms.soft_sorting.may_read_values", lambda tensor: False
+    )
+    static = value_and_gradient(neural_ndcg_loss, scores, labels, mask, **options)
+    torch.testing.assert_close(eager, static, rtol=0, atol=0)

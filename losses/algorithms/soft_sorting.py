@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from differank.losses.inputs import may_read_values
+
 SINKHORN_EPS = 1e-10  # allRank's clamp of row and column sums
 
 
@@ -148,6 +150,101 @@ def soft_rank(
     return (matrix * positions.unsqueeze(-1)).sum(dim=-2)
 
 
+class _SinkhornScalings(torch.autograd.Function):
+    """Sinkhorn's scaling vectors with the exact gradient of the unrolled iterations, written
+    out: the backward pass runs the iterations in reverse on vectors and gathers the matrix's
+    gradient, a sum of two outer products per iteration, as one [N, L, 2T] x [N, 2T, L]
+    product (autograd would allocate and add one [N, L, L] tensor per product)."""
+
+    @staticmethod
+    def forward(ctx, matrix, rows, columns, tolerance, max_iterations):
+        row_scale = torch.ones(matrix.shape[:-1], dtype=matrix.dtype, device=matrix.device)
+        column_scale = torch.ones_like(row_scale)
+        done = torch.zeros(matrix.shape[:1], dtype=torch.bool, device=matrix.device)
+        row_error = torch.zeros_like(row_scale)
+        steps = []
+        for iteration in range(max_iterations):
+            column_mass = (row_scale.unsqueeze(-2) @ matrix).squeeze(-2)  # u = rᵀM
+            column_sums = torch.where(columns, column_scale * column_mass, 1.0)
+            if iteration > 0:  # the previous iteration's result, as allRank tests after each
+                column_error = torch.where(columns, (column_sums - 1.0).abs(), 0.0)
+                error = torch.maximum(column_error.amax(dim=-1), row_error.amax(dim=-1))
+                done = done | (error < tolerance)
+                if may_read_values(done) and bool(done.all()):
+                    break  # CPU eager: nothing left to do (frozen iterations change nothing)
+            new_columns = column_scale / column_sums.clamp(min=SINKHORN_EPS)
+            row_mass = (matrix @ new_columns.unsqueeze(-1)).squeeze(-1)  # v = M c'
+            row_sums = torch.where(rows, row_scale * row_mass, 1.0)
+            clamped = row_sums.clamp(min=SINKHORN_EPS)
+            row_error = torch.where(rows, (row_sums / clamped - 1.0).abs(), 0.0)
+            steps.append(
+                (
+                    row_scale,
+                    column_scale,
+                    column_mass,
+                    column_sums,
+                    new_columns,
+                    row_mass,
+                    row_sums,
+                    done.unsqueeze(-1),
+                )
+            )
+            frozen = done.unsqueeze(-1)
+            row_scale = torch.where(frozen, row_scale, row_scale / clamped)
+            column_scale = torch.where(frozen, column_scale, new_columns)
+        ctx.save_for_backward(matrix, rows, columns, *[t for step in steps for t in step])
+        ctx.iterations = len(steps)
+        return row_scale, column_scale
+
+    @staticmethod
+    def backward(ctx, grad_rows, grad_columns):
+        matrix, rows, columns, *saved = ctx.saved_tensors
+        left, right = [], []  # grad_matrix = Σ left_k right_kᵀ
+        for t in reversed(range(ctx.iterations)):
+            (
+                row_scale,
+                column_scale,
+                column_mass,
+                column_sums,
+                new_columns,
+                row_mass,
+                row_sums,
+                frozen,
+            ) = saved[8 * t : 8 * t + 8]
+            zero = torch.zeros_like(grad_rows)
+            grad_new_rows = torch.where(frozen, zero, grad_rows)
+            grad_new_columns = torch.where(frozen, zero, grad_columns)
+            grad_row_scale = torch.where(frozen, grad_rows, zero)
+            grad_column_scale = torch.where(frozen, grad_columns, zero)
+            # r' = r / max(row_sums, eps), row_sums = r ⊙ v on real rows
+            clamped = row_sums.clamp(min=SINKHORN_EPS)
+            grad_row_scale = grad_row_scale + grad_new_rows / clamped
+            grad_sums = -grad_new_rows * row_scale / clamped.square()
+            grad_sums = torch.where(rows & (row_sums >= SINKHORN_EPS), grad_sums, 0.0)
+            grad_row_scale = grad_row_scale + grad_sums * row_mass
+            grad_row_mass = grad_sums * row_scale
+            # v = M c'
+            grad_new_columns = grad_new_columns + (grad_row_mass.unsqueeze(-2) @ matrix).squeeze(-2)
+            left.append(grad_row_mass)
+            right.append(new_columns)
+            # c' = c / max(column_sums, eps), column_sums = c ⊙ u on real columns
+            clamped = column_sums.clamp(min=SINKHORN_EPS)
+            grad_column_scale = grad_column_scale + grad_new_columns / clamped
+            grad_sums = -grad_new_columns * column_scale / clamped.square()
+            grad_sums = torch.where(columns & (column_sums >= SINKHORN_EPS), grad_sums, 0.0)
+            grad_column_scale = grad_column_scale + grad_sums * column_mass
+            grad_column_mass = grad_sums * column_scale
+            # u = rᵀ M
+            grad_row_scale = grad_row_scale + (matrix @ grad_column_mass.unsqueeze(-1)).squeeze(-1)
+            left.append(row_scale)
+            right.append(grad_column_mass)
+            grad_rows, grad_columns = grad_row_scale, grad_column_scale
+        if not left:
+            return torch.zeros_like(matrix), None, None, None, None
+        grad_matrix = torch.stack(left, dim=-1) @ torch.stack(right, dim=-2)
+        return grad_matrix, None, None, None, None
+
+
 def sinkhorn_scalings(
     matrix: torch.Tensor,
     rows: torch.Tensor,
@@ -161,34 +258,15 @@ def sinkhorn_scalings(
     Iteration t divides the columns of ``diag(r) M diag(c)`` by their sums, then its rows (each
     sum clamped at 1e-10, as allRank). A query stops once every real row and column sums to 1
     within ``tolerance`` (allRank's test, here per query: no host read, and a query's result
-    does not depend on its batch). The matrix is only multiplied with vectors (2 per iteration),
-    so memory stays O(L²) however many iterations run. ``matrix`` must be 0 outside the real
-    ``rows`` x ``columns`` block.
+    does not depend on its batch). The matrix is only multiplied with vectors (2 per iteration,
+    4 in the backward pass), so memory stays O(L²) however many iterations run. ``matrix`` must
+    be 0 outside the real ``rows`` x ``columns`` block. The gradient is that of the unrolled
+    iterations (as autograd through allRank's loop gives).
 
     Shape:
         matrix: [N, L, L]; rows, columns: [N, L] bool -> (r [N, L], c [N, L]).
     """
-    row_scale = torch.ones(matrix.shape[:-1], dtype=matrix.dtype, device=matrix.device)
-    column_scale = torch.ones_like(row_scale)
-    done = torch.zeros(matrix.shape[:1], dtype=torch.bool, device=matrix.device)
-    row_error = torch.zeros_like(row_scale)
-    for iteration in range(max_iterations):
-        column_sums = column_scale * (row_scale.unsqueeze(-2) @ matrix).squeeze(-2)
-        column_sums = torch.where(columns, column_sums, torch.ones_like(column_sums))
-        if iteration > 0:  # the previous iteration's result, as allRank tests after each one
-            column_error = torch.where(columns, (column_sums - 1.0).abs(), 0.0)
-            error = torch.maximum(column_error.amax(dim=-1), row_error.amax(dim=-1))
-            done = done | (error.detach() < tolerance)
-        new_columns = column_scale / column_sums.clamp(min=SINKHORN_EPS)
-        row_sums = row_scale * (matrix @ new_columns.unsqueeze(-1)).squeeze(-1)
-        row_sums = torch.where(rows, row_sums, torch.ones_like(row_sums))
-        clamped = row_sums.clamp(min=SINKHORN_EPS)
-        new_rows = row_scale / clamped
-        row_error = torch.where(rows, (row_sums / clamped - 1.0).abs(), 0.0).detach()
-        frozen = done.unsqueeze(-1)
-        row_scale = torch.where(frozen, row_scale, new_rows)
-        column_scale = torch.where(frozen, column_scale, new_columns)
-    return row_scale, column_scale
+    return _SinkhornScalings.apply(matrix, rows, columns, tolerance, max_iterations)
 
 
 def sinkhorn(
