@@ -21,6 +21,7 @@ from differank.losses.algorithms.soft_sorting import (
     soft_rank,
     soft_sort,
 )
+from differank.losses.approx_metrics import ApproxMetricLoss, approx_metric_loss
 from differank.losses.approx_ndcg import ApproxNDCGLoss, approx_ndcg_loss
 from differank.losses.cone import ConeLoss, cone_fold_in, cone_loss
 from differank.losses.convex import ConvexLoss, convex_loss
@@ -41,6 +42,7 @@ from differank.losses.softmax import (
 )
 
 __all__ = [
+    "ApproxMetricLoss",
     "ApproxNDCGLoss",
     "ConeLoss",
     "ConvexLoss",
@@ -55,6 +57,7 @@ __all__ = [
     "SigmoidBCELoss",
     "SoftmaxLoss",
     "StructuredHingeLoss",
+    "approx_metric_loss",
     "approx_ndcg_loss",
     "cone_fold_in",
     "cone_loss",

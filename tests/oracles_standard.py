@@ -267,3 +267,42 @@ def _mse(scores, labels):
 
 
 mse_oracle = _batched(_mse)
+
+
+# ---- approximate metrics (Rax's approx_t12n style; Qin et al. 2010) ----
+
+
+def _approx_metric(scores, labels, metric="ndcg", k=None, temperature=1.0):
+    """-metric with π̂_i = 1 + Σ_{j≠i} σ((s_j - s_i)/T) and cutoffs σ((k + 1/2 - π̂_i)/T)."""
+    n = len(labels)
+
+    def above(i, j):
+        return torch.sigmoid((scores[j] - scores[i]) / temperature)
+
+    ranks = [
+        1.0 + sum((above(i, j) for j in range(n) if j != i), scores.sum() * 0.0) for i in range(n)
+    ]
+    if k is None:
+        cutoffs = [1.0] * n
+    else:
+        cutoffs = [torch.sigmoid((k + 0.5 - ranks[i]) / temperature) for i in range(n)]
+    relevant = [1.0 if label > 0 else 0.0 for label in labels]
+    if metric == "ndcg":
+        ideal = _ideal_dcg(labels, k)
+        dcg = sum(cutoffs[i] * _gain(labels[i]) / torch.log2(1.0 + ranks[i]) for i in range(n))
+        value = dcg / ideal if ideal > 0 else dcg
+    elif metric == "map":
+        total = scores.sum() * 0.0
+        for i in range(n):
+            hits = 1.0 + sum(relevant[j] * above(i, j) for j in range(n) if j != i)
+            total = total + relevant[i] * cutoffs[i] * hits / ranks[i]
+        value = total / max(sum(relevant), 1.0)
+    elif metric == "mrr":
+        value = torch.stack([relevant[i] * cutoffs[i] / ranks[i] for i in range(n)]).max()
+    else:
+        hits = sum((relevant[i] * cutoffs[i] for i in range(n)), scores.sum() * 0.0)
+        value = hits / (n if k is None else k)
+    return -value
+
+
+approx_metric_oracle = _batched(_approx_metric)

@@ -5,11 +5,13 @@ precision, fullgraph compilation, options."""
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 import torch
 
 from differank.losses import (
+    ApproxMetricLoss,
     ApproxNDCGLoss,
     LambdaLoss,
     ListMLELoss,
@@ -18,6 +20,7 @@ from differank.losses import (
     Poly1SoftmaxLoss,
     SigmoidBCELoss,
     SoftmaxLoss,
+    approx_metric_loss,
     approx_ndcg_loss,
     lambda_loss,
     listmle_loss,
@@ -221,6 +224,7 @@ COMPILED = {
     "poly1": (Poly1SoftmaxLoss, {}),
     "bce": (SigmoidBCELoss, {}),
     "mse": (MSELoss, {}),
+    "approxmetric-map": (ApproxMetricLoss, {"metric": "map", "k": 3}),
 }
 
 
@@ -311,6 +315,8 @@ def test_approx_ndcg_tends_to_minus_ndcg_at_large_alpha():
         lambda: ListMLELoss(ties="first"),
         lambda: SigmoidBCELoss(max_label=0.0),
         lambda: SoftmaxLoss(reduction="average"),
+        lambda: ApproxMetricLoss(metric="err"),
+        lambda: ApproxMetricLoss(temperature=0.0),
     ],
 )
 def test_bad_options_raise(build):
@@ -354,3 +360,34 @@ def test_sinkhorn_stops_when_every_query_converged_only_on_the_cpu_eager_path(mo
     )
     static = value_and_gradient(neural_ndcg_loss, scores, labels, mask, **options)
     torch.testing.assert_close(eager, static, rtol=0, atol=0)
+
+
+APPROX_METRIC_CASES = [
+    (metric, k) for metric in ("ndcg", "map", "mrr", "precision") for k in (None, 3)
+]
+
+
+@pytest.mark.parametrize(("metric", "k"), APPROX_METRIC_CASES)
+def test_approx_metric_matches_its_oracle(metric, k):
+    scores, labels, mask = random_batch(12)
+    options = {"metric": metric, "k": k, "temperature": 0.7}
+    got = value_and_gradient(approx_metric_loss, scores, labels, mask, reduction="none", **options)
+    want = value_and_gradient(oracles.approx_metric_oracle, scores, labels, mask, **options)
+    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("metric", ["ndcg", "map", "mrr", "precision"])
+def test_approx_metric_tends_to_the_metric_at_low_temperature(metric):
+    scores = torch.tensor([[3.0, 1.0, 2.0, 0.0, -1.0]], dtype=torch.float64)
+    labels = torch.tensor([[0.0, 2.0, 1.0, 0.0, 1.0]], dtype=torch.float64)
+    mask = torch.ones_like(labels, dtype=torch.bool)
+    # order by score: labels 0, 1, 2, 0, 1 at positions 1..5
+    exact = {
+        "ndcg": (1 / math.log2(3) + 3 / 2 + 1 / math.log2(6)) / (3 + 1 / math.log2(3) + 1 / 2),
+        "map": (1 / 2 + 2 / 3 + 3 / 5) / 3,
+        "mrr": 1 / 2,
+        "precision": 2 / 3,
+    }[metric]
+    k = 3 if metric == "precision" else None
+    value = approx_metric_loss(scores, labels, mask, metric=metric, k=k, temperature=1e-3)
+    torch.testing.assert_close(value, torch.tensor(-exact, dtype=value.dtype))
