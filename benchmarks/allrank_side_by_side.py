@@ -174,7 +174,8 @@ def agreement(allrank, lengths=(8, 40), seeds=(0, 1)) -> list[tuple[str, float, 
                     keep = mask[b]
                     worst_value = max(
                         worst_value,
-                        abs(float(value[b]) - float(reference)) / max(abs(float(reference)), 1e-12),
+                        abs(float(value[b].detach()) - float(reference.detach()))
+                        / max(abs(float(reference.detach())), 1e-12),
                     )
                     want = row.grad[0, keep]
                     scale = max(float(want.abs().max()), 1e-12)

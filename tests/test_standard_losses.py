@@ -26,10 +26,15 @@ from differank.losses import (
     listmle_loss,
     mse_loss,
     neural_ndcg_loss,
+    neural_sort,
     poly1_softmax_loss,
     sigmoid_bce_loss,
+    sinkhorn,
+    soft_rank,
+    soft_sort,
     softmax_loss,
 )
+from differank.losses.algorithms.soft_sorting import position_mask
 from differank.losses.lambdaloss import WEIGHTINGS
 from tests import oracles_standard as oracles
 
@@ -391,3 +396,70 @@ def test_approx_metric_tends_to_the_metric_at_low_temperature(metric):
     k = 3 if metric == "precision" else None
     value = approx_metric_loss(scores, labels, mask, metric=metric, k=k, temperature=1e-3)
     torch.testing.assert_close(value, torch.tensor(-exact, dtype=value.dtype))
+
+
+# ---- differentiable sorting operators ----
+
+
+def test_sorting_operators_are_row_stochastic_and_tend_to_the_sort():
+    scores, _, mask = random_batch(13)
+    scores[4, :3] = torch.tensor([0.5, 0.25, 0.0], dtype=scores.dtype)  # no tie for the sort
+    rows = position_mask(mask)
+    for operator in (neural_sort, soft_sort):
+        matrix = operator(scores, mask, temperature=1.0)
+        sums = matrix.sum(dim=-1)
+        torch.testing.assert_close(sums, rows.to(sums.dtype))
+        assert (matrix[~(rows.unsqueeze(-1) & mask.unsqueeze(-2))] == 0).all()
+        sharp = operator(scores, mask, temperature=1e-4)
+        for b in range(scores.shape[0]):
+            real = mask[b].nonzero().flatten()
+            order = real[scores[b, real].argsort(descending=True)]
+            expected = torch.zeros_like(sharp[b])
+            expected[torch.arange(len(order)), order] = 1.0
+            torch.testing.assert_close(sharp[b], expected, atol=1e-6, rtol=0)
+
+
+def test_soft_rank_tends_to_the_ranks_and_never_reads_padding():
+    scores, _, mask = random_batch(14)
+    scores[4, :3] = torch.tensor([0.5, 0.25, 0.0], dtype=scores.dtype)
+    ranks = soft_rank(scores, mask, temperature=1e-4)
+    for b in range(scores.shape[0]):
+        real = mask[b].nonzero().flatten()
+        order = scores[b, real].argsort(descending=True)
+        expected = torch.empty(len(real), dtype=scores.dtype)
+        expected[order] = torch.arange(1, len(real) + 1, dtype=scores.dtype)
+        torch.testing.assert_close(ranks[b, real], expected, atol=1e-6, rtol=0)
+    assert (ranks[~mask] == 0).all()
+
+
+def test_sinkhorn_makes_the_real_block_doubly_stochastic():
+    scores, _, mask = random_batch(15)
+    matrix = sinkhorn(neural_sort(scores, mask), mask, tolerance=1e-10, max_iterations=500)
+    rows = position_mask(mask)
+    row_sums, column_sums = matrix.sum(dim=-1), matrix.sum(dim=-2)
+    torch.testing.assert_close(row_sums, rows.to(row_sums.dtype), atol=1e-8, rtol=0)
+    torch.testing.assert_close(column_sums, mask.to(column_sums.dtype), atol=1e-8, rtol=0)
+
+
+# ---- the allRank benchmark ----
+
+
+def test_allrank_benchmark_exits_with_a_message_without_allrank(monkeypatch, capsys):
+    import allrank_side_by_side  # benchmarks/ is on the path (tests/conftest.py)
+
+    monkeypatch.setattr(allrank_side_by_side, "load_allrank", lambda: None)
+    assert allrank_side_by_side.main([]) == 0
+    assert "pip install --no-deps allRank==1.4.3" in capsys.readouterr().out
+
+
+def test_allrank_benchmark_agreement_when_allrank_is_installed():
+    import allrank_side_by_side
+
+    allrank = allrank_side_by_side.load_allrank()
+    if allrank is None:
+        pytest.skip("allRank is not installed (python -m pip install --no-deps allRank==1.4.3)")
+    for name, value, gradient, count in allrank_side_by_side.agreement(
+        allrank, lengths=(6,), seeds=(0,)
+    ):
+        limit = 1e-4 if name.startswith("neuralNDCG") else 1e-5
+        assert count > 0 and value <= limit and gradient <= limit, name
