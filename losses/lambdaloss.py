@@ -58,7 +58,7 @@ def _position_weights(weighting: str, n: int, mu: float, like: torch.Tensor) -> 
 
 
 def _pair_weights(weighting: str, sorted_terms: tuple, per_position: torch.Tensor) -> torch.Tensor:
-    """``w_ij`` of the pairs at sorted positions (i, j) (Wang et al. 2018, Table 1), 0 for the
+    """``w_ij`` of the pairs at sorted positions (i, j) (Wang et al. 2018's schemes), 0 for the
     pairs that do not count, [chunk, n, n]. ``sorted_terms`` are, in score order, the
     normalised gains G, the labels clamped at 0, the labels and the real-document mask."""
     gains, clamped, labels, real = sorted_terms
@@ -135,7 +135,7 @@ def lambda_loss(
     logarithm: str = "binary",
     reduction: str = "mean",
 ) -> torch.Tensor:
-    """LambdaLoss (Wang et al. 2018, eq. 10 and the weights of its Table 1), as allRank computes it.
+    """LambdaLoss (Wang et al. 2018, with allRank's weighting schemes), as allRank computes it.
 
     Documents are sorted by score (descending; equal scores keep their index order). For the
     pairs of sorted positions ``i, j < k`` with ``l_i > l_j`` (every pair, the diagonal

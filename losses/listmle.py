@@ -82,7 +82,7 @@ def listmle_loss(
     eps: float = 1e-10,
     reduction: str = "mean",
 ) -> torch.Tensor:
-    """Negative Plackett-Luce log-likelihood of the label order (Xia et al. 2008, eq. 7).
+    """Negative Plackett-Luce log-likelihood of the label order (Xia et al. 2008).
 
     With ``π`` the documents sorted by decreasing label (ties: :func:`label_order`) and ``n``
     the query's real documents::

@@ -51,14 +51,14 @@ def neural_ndcg_loss(
     sinkhorn_iterations: int = 50,
     reduction: str = "mean",
 ) -> torch.Tensor:
-    """Minus NeuralNDCG@k (Pobrotyn & Białobrzeski 2021, eqs. 8-9), as allRank computes it.
+    """Minus NeuralNDCG@k (Pobrotyn & Białobrzeski 2021), as allRank computes it.
 
     ``P̂ = sinkhorn(neural_sort(s, temperature))`` (rows: positions, columns: documents), then
 
     * default: ``NDCG = Σ_{p<k} (P̂ g)_p / log2(1 + p) / (IDCG@k + 1e-10)``, the expected gain at
-      each position (eq. 8);
+      each position;
     * ``transposed=True``: ``NDCG = Σ_d g_d (P̂ᵀ disc_k)_d / (IDCG@k + 1e-10)``, each document's
-      expected discount (eq. 9),
+      expected discount (NeuralNDCG-Transposed),
 
     with gains ``g = 2^l - 1`` (``l`` if not ``powered_relevancies``; the ideal DCG uses the same
     gains). ``stochastic=True`` averages over ``n_samples`` Gumbel-perturbed sorts

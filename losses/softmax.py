@@ -61,7 +61,7 @@ def poly1_softmax_loss(
     reduction: str = "mean",
 ) -> torch.Tensor:
     """Poly-1 softmax loss: :func:`softmax_loss` ``+ epsilon · (1 - p_t)`` with
-    ``p_t = Σ_i t_i softmax(s)_i`` (Leng et al. 2022, eq. 3; TF-Ranking's
+    ``p_t = Σ_i t_i softmax(s)_i`` (Leng et al. 2022; TF-Ranking's
     ``PolyOneSoftmaxLoss``). Inputs follow ``differank.losses.inputs``.
 
     Shape:

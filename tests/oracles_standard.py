@@ -60,7 +60,7 @@ def _score_order(scores):
     return sorted(range(n), key=lambda i: (-float(scores[i].detach()), i))
 
 
-# ---- LambdaLoss (Wang et al. 2018, eq. 10 and Table 1; allRank's clamps) ----
+# ---- LambdaLoss (Wang et al. 2018; allRank's clamps) ----
 
 
 def _lambda_loss(
@@ -136,11 +136,11 @@ def _approx_ndcg(scores, labels, alpha=1.0, eps=EPS):
 approx_ndcg_oracle = _batched(_approx_ndcg)
 
 
-# ---- NeuralNDCG (Pobrotyn & Białobrzeski 2021, eqs. 8-9; NeuralSort, Grover et al. 2019) ----
+# ---- NeuralNDCG (Pobrotyn & Białobrzeski 2021; NeuralSort, Grover et al. 2019) ----
 
 
 def _neural_sort_matrix(scores, temperature):
-    """P[p][d] = softmax_d(((n + 1 - 2p) s_d - Σ_e |s_d - s_e|) / τ), p = 1..n (eq. 5)."""
+    """P[p][d] = softmax_d(((n + 1 - 2p) s_d - Σ_e |s_d - s_e|) / τ), p = 1..n."""
     n = len(scores)
     spread = [sum(abs(scores[d] - scores[e]) for e in range(n)) for d in range(n)]
     rows = []
@@ -184,8 +184,8 @@ def _neural_ndcg(
     total = scores.sum() * 0.0
     for p in range(cut):
         for d in range(n):
-            # the two orders of summation of eq. 8 (gains per position) and eq. 9 (discounts per
-            # document) are the same double sum
+            # NeuralNDCG (gains per position) and its transpose (discounts per document) sum
+            # the same double sum in the two orders
             total = total + _discount(p + 1) * P[p, d] * _gain(labels[d], powered_relevancies)
     ideal = _ideal_dcg(labels, k, powered_relevancies)
     return -total / (ideal + EPS)
@@ -194,7 +194,7 @@ def _neural_ndcg(
 neural_ndcg_oracle = _batched(_neural_ndcg)
 
 
-# ---- ListMLE (Xia et al. 2008, eq. 7) and p-ListMLE (Lan et al. 2014) ----
+# ---- ListMLE (Xia et al. 2008) and p-ListMLE (Lan et al. 2014) ----
 
 
 def _listmle(scores, labels, position_aware=False, eps=EPS, ties="index"):

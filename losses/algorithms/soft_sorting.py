@@ -43,7 +43,7 @@ def _masked_rows(logits: torch.Tensor, rows: torch.Tensor, columns: torch.Tensor
 def neural_sort(
     scores: torch.Tensor, mask: torch.Tensor | None = None, *, temperature: float = 1.0
 ) -> torch.Tensor:
-    """NeuralSort's relaxed sorting matrix (Grover et al. 2019, eq. 5), rows in descending order.
+    """NeuralSort's relaxed sorting matrix (Grover et al. 2019), rows in descending order.
 
     For a query of ``n`` real documents, row ``p = 1..n`` is
     ``softmax_d( ((n + 1 - 2p)·s_d - Σ_e |s_d - s_e|) / temperature )`` over the real documents;
@@ -112,7 +112,7 @@ def gumbel_perturbed_scores(
 def soft_sort(
     scores: torch.Tensor, mask: torch.Tensor | None = None, *, temperature: float = 1.0
 ) -> torch.Tensor:
-    """SoftSort's relaxed sorting matrix (Prillo & Eisenschlos 2020, eq. 2), descending:
+    """SoftSort's relaxed sorting matrix (Prillo & Eisenschlos 2020), descending:
     row ``p`` is ``softmax_d(-|sort(s)_p - s_d| / temperature)`` over the real documents.
 
     Shape:
