@@ -17,34 +17,74 @@ from differank.losses.algorithms.pairs import (
     sample_pairs,
     valid_queries,
 )
+from differank.losses.algorithms.soft_sorting import (
+    neural_sort,
+    sinkhorn,
+    soft_rank,
+    soft_sort,
+)
+from differank.losses.approx_metrics import ApproxMetricLoss, approx_metric_loss
+from differank.losses.approx_ndcg import ApproxNDCGLoss, approx_ndcg_loss
 from differank.losses.cone import ConeLoss, ConeOptions, cone_fold_in, cone_loss
 from differank.losses.convex import ConvexLoss, ConvexOptions, convex_loss
 from differank.losses.domination import DominationLoss, domination_loss, label_margins
 from differank.losses.hinge import StructuredHingeLoss, structured_hinge_loss
+from differank.losses.lambdaloss import LambdaLoss, lambda_loss
+from differank.losses.listmle import ListMLELoss, listmle_loss
 from differank.losses.listnet import ListNetLoss, listnet_loss
+from differank.losses.neural_ndcg import NeuralNDCGLoss, neural_ndcg_loss
+from differank.losses.pointwise import MSELoss, SigmoidBCELoss, mse_loss, sigmoid_bce_loss
 from differank.losses.ranknet import RankNetLoss, ranknet_loss
 from differank.losses.reduction import reduce_queries
+from differank.losses.softmax import (
+    Poly1SoftmaxLoss,
+    SoftmaxLoss,
+    poly1_softmax_loss,
+    softmax_loss,
+)
 
 __all__ = [
+    "ApproxMetricLoss",
+    "ApproxNDCGLoss",
     "ConeLoss",
     "ConeOptions",
     "ConvexLoss",
     "ConvexOptions",
     "DominationLoss",
+    "LambdaLoss",
+    "ListMLELoss",
     "ListNetLoss",
+    "MSELoss",
+    "NeuralNDCGLoss",
+    "Poly1SoftmaxLoss",
     "RankNetLoss",
+    "SigmoidBCELoss",
+    "SoftmaxLoss",
     "StructuredHingeLoss",
+    "approx_metric_loss",
+    "approx_ndcg_loss",
     "cone_fold_in",
     "cone_loss",
     "convex_loss",
     "domination_loss",
     "label_margins",
+    "lambda_loss",
+    "listmle_loss",
     "listnet_loss",
+    "mse_loss",
+    "neural_ndcg_loss",
+    "neural_sort",
     "pair_differences",
+    "poly1_softmax_loss",
     "preference_mask",
     "ranknet_loss",
     "reduce_queries",
     "sample_pairs",
+    "sigmoid_bce_loss",
+    "sinkhorn",
+    "soft_rank",
+    "soft_sort",
+    "softmax_loss",
     "structured_hinge_loss",
     "valid_queries",
 ]

@@ -1,0 +1,121 @@
+"""Metrics made losses by sigmoid-approximated ranks, in the style of Rax's ``approx_t12n``
+(Qin et al. 2010's approximation framework applied to NDCG, MAP, MRR and precision);
+docs/objectives/standard.md#approximate-metrics."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from differank.losses.algorithms.gains import ideal_dcg, label_gains
+from differank.losses.algorithms.pairs import valid_queries
+from differank.losses.approx_ndcg import check_positive
+from differank.losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
+from differank.losses.reduction import check_reduction, reduce_queries
+
+METRICS = ("ndcg", "map", "mrr", "precision")
+
+
+def check_metric_options(metric: str, k: int | None, temperature: float) -> None:
+    """Raise ValueError for an unknown metric, ``k < 1`` or ``temperature <= 0``."""
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise ValueError(f"k must be a positive int or None, got {k!r}")
+    check_positive("temperature", temperature)
+
+
+def approx_metric_loss(
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    metric: str = "ndcg",
+    k: int | None = None,
+    temperature: float = 1.0,
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """Minus a ranking metric computed with smooth ranks and cutoffs.
+
+    ``above_ij = σ((s_j - s_i) / temperature)`` for ``j ≠ i`` (document j ranked above i),
+    ``π̂_i = 1 + Σ_{j≠i} above_ij``, the soft cutoff ``c_i = σ((k + 1/2 - π̂_i) / temperature)``
+    (1 without k), ``rel_i = [l_i > 0]``, then per query:
+
+    * ``ndcg``: ``Σ_i c_i (2^{l_i} - 1) / log2(1 + π̂_i) / maxDCG@k``;
+    * ``map``: ``Σ_i rel_i c_i (1 + Σ_{j≠i} rel_j above_ij) / π̂_i / #rel`` (average precision);
+    * ``mrr``: ``max_i rel_i c_i / π̂_i``;
+    * ``precision``: ``Σ_i rel_i c_i / k`` (``/ n`` without k).
+
+    As ``temperature -> 0`` each tends to the metric of the score order. Inputs follow
+    ``differank.losses.inputs``.
+
+    Shape:
+        scores, labels, mask: [B, L] -> [B] for ``reduction="none"``, else a scalar.
+        Memory: a few [B, L, L].
+
+    Example:
+        >>> scores = torch.tensor([[2.0, 0.0, 1.0]])
+        >>> labels = torch.tensor([[0.0, 1.0, 0.0]])
+        >>> mask = torch.ones(1, 3, dtype=torch.bool)
+        >>> approx_metric_loss(scores, labels, mask, metric="mrr", temperature=0.01)
+        tensor(-0.3333)
+    """
+    check_reduction(reduction)
+    check_metric_options(metric, k, temperature)
+    scores, labels, mask = list_inputs(scores, labels, mask)
+    safe = finite_scores(scores, mask)
+    above = torch.sigmoid((safe.unsqueeze(-2) - safe.unsqueeze(-1)) / temperature)
+    pair = mask.unsqueeze(-2) & ~torch.eye(safe.shape[-1], dtype=torch.bool, device=safe.device)
+    above = torch.where(pair, above, torch.zeros_like(above))
+    ranks = 1.0 + above.sum(dim=-1)
+    cutoff = torch.ones_like(ranks) if k is None else torch.sigmoid((k + 0.5 - ranks) / temperature)
+    cutoff = torch.where(mask, cutoff, torch.zeros_like(cutoff))
+    relevant = (mask & (labels > 0)).to(safe.dtype)
+    if metric == "ndcg":
+        gains = label_gains(labels, mask)
+        ideal = ideal_dcg(gains, k)
+        value = (cutoff * gains / torch.log2(1.0 + ranks)).sum(dim=-1)
+        value = value / torch.where(ideal > 0, ideal, torch.ones_like(ideal))
+    elif metric == "map":
+        hits_above = 1.0 + (above * relevant.unsqueeze(-2)).sum(dim=-1)
+        count = relevant.sum(dim=-1)
+        value = (relevant * cutoff * hits_above / ranks).sum(dim=-1)
+        value = value / count.clamp(min=1.0)
+    elif metric == "mrr":
+        value = (relevant * cutoff / ranks).amax(dim=-1)
+    else:
+        size = mask.sum(dim=-1).to(safe.dtype).clamp(min=1.0) if k is None else float(k)
+        value = (relevant * cutoff).sum(dim=-1) / size
+    valid = valid_queries(labels, mask)
+    per_query = nan_for_nonfinite_scores(-value, scores, mask, valid)
+    return reduce_queries(per_query, valid, reduction)
+
+
+class ApproxMetricLoss(nn.Module):
+    """Module form of :func:`approx_metric_loss`."""
+
+    def __init__(
+        self,
+        *,
+        metric: str = "ndcg",
+        k: int | None = None,
+        temperature: float = 1.0,
+        reduction: str = "mean",
+    ) -> None:
+        super().__init__()
+        check_metric_options(metric, k, temperature)
+        self.metric, self.k, self.temperature = metric, k, float(temperature)
+        self.reduction = check_reduction(reduction)
+
+    def forward(
+        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        return approx_metric_loss(
+            scores,
+            labels,
+            mask,
+            metric=self.metric,
+            k=self.k,
+            temperature=self.temperature,
+            reduction=self.reduction,
+        )

@@ -1,0 +1,166 @@
+"""NeuralNDCG: NDCG of the NeuralSort relaxation made doubly stochastic by Sinkhorn scaling
+(Pobrotyn & Białobrzeski, 2021); docs/objectives/standard.md#neuralndcg."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from differank.losses.algorithms.gains import ideal_dcg, label_gains, position_discounts
+from differank.losses.algorithms.pairs import valid_queries
+from differank.losses.algorithms.soft_sorting import (
+    gumbel_perturbed_scores,
+    neural_sort,
+    position_mask,
+    sinkhorn_scalings,
+)
+from differank.losses.approx_ndcg import check_positive
+from differank.losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
+from differank.losses.reduction import check_reduction, reduce_queries
+
+IDCG_EPS = 1e-10  # allRank's DEFAULT_EPS added to the ideal DCG
+
+
+def check_neural_options(k: int | None, n_samples: int, iterations: int, tolerance: float) -> None:
+    """Raise ValueError for ``k < 1``, ``n_samples < 1``, ``iterations < 1`` or a negative
+    tolerance."""
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise ValueError(f"k must be a positive int or None, got {k!r}")
+    if n_samples < 1:
+        raise ValueError(f"n_samples must be >= 1, got {n_samples!r}")
+    if iterations < 1:
+        raise ValueError(f"sinkhorn_iterations must be >= 1, got {iterations!r}")
+    if not tolerance >= 0:
+        raise ValueError(f"sinkhorn_tolerance must be >= 0, got {tolerance!r}")
+
+
+def neural_ndcg_loss(
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    k: int | None = None,
+    powered_relevancies: bool = True,
+    transposed: bool = False,
+    stochastic: bool = False,
+    n_samples: int = 32,
+    beta: float = 0.1,
+    log_scores: bool = True,
+    sinkhorn_tolerance: float = 1e-6,
+    sinkhorn_iterations: int = 50,
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """Minus NeuralNDCG@k (Pobrotyn & Białobrzeski 2021), as allRank computes it.
+
+    ``P̂ = sinkhorn(neural_sort(s, temperature))`` (rows: positions, columns: documents), then
+
+    * default: ``NDCG = Σ_{p<k} (P̂ g)_p / log2(1 + p) / (IDCG@k + 1e-10)``, the expected gain at
+      each position;
+    * ``transposed=True``: ``NDCG = Σ_d g_d (P̂ᵀ disc_k)_d / (IDCG@k + 1e-10)``, each document's
+      expected discount (NeuralNDCG-Transposed),
+
+    with gains ``g = 2^l - 1`` (``l`` if not ``powered_relevancies``; the ideal DCG uses the same
+    gains). ``stochastic=True`` averages over ``n_samples`` Gumbel-perturbed sorts
+    (:func:`~differank.losses.algorithms.soft_sorting.gumbel_perturbed_scores`, drawn from the
+    global random stream). Sinkhorn runs at most ``sinkhorn_iterations`` and stops per query at
+    ``sinkhorn_tolerance``. Inputs follow ``differank.losses.inputs``.
+
+    Shape:
+        scores, labels, mask: [B, L] -> [B] for ``reduction="none"``, else a scalar.
+        Memory: a few [B, L, L] (times ``n_samples`` when stochastic); the Sinkhorn iterations
+        only keep vectors.
+
+    Example:
+        >>> scores = torch.tensor([[5.0, -5.0, 0.0]])
+        >>> labels = torch.tensor([[1.0, 0.0, float("nan")]])
+        >>> mask = torch.tensor([[True, True, False]])
+        >>> neural_ndcg_loss(scores, labels, mask).round(decimals=3)
+        tensor(-1.)
+    """
+    check_reduction(reduction)
+    check_positive("temperature", temperature)
+    check_neural_options(k, n_samples, sinkhorn_iterations, sinkhorn_tolerance)
+    scores, labels, mask = list_inputs(scores, labels, mask)
+    safe = finite_scores(scores, mask)
+    gains = label_gains(labels, mask, powered=powered_relevancies)
+    ideal = ideal_dcg(gains, k)
+    length = scores.shape[-1]
+    discounts = position_discounts(length, safe)
+    if k is not None:
+        discounts = torch.where(torch.arange(length, device=safe.device) < k, discounts, 0.0)
+
+    samples = 1
+    sorted_scores = safe
+    if stochastic:
+        samples = n_samples
+        sorted_scores = gumbel_perturbed_scores(
+            safe, mask, n_samples=n_samples, beta=beta, log_scores=log_scores
+        ).flatten(0, 1)
+    documents = mask.repeat(samples, 1)
+    matrix = neural_sort(sorted_scores, documents, temperature=temperature)
+    row_scale, column_scale = sinkhorn_scalings(
+        matrix,
+        position_mask(documents),
+        documents,
+        tolerance=sinkhorn_tolerance,
+        max_iterations=sinkhorn_iterations,
+    )
+    sample_gains = gains.repeat(samples, 1)
+    if transposed:  # each document's expected discount under P̂ = diag(r) M diag(c)
+        expected = (matrix.transpose(-1, -2) @ (row_scale * discounts).unsqueeze(-1)).squeeze(-1)
+        dcg = (sample_gains * column_scale * expected).sum(dim=-1)
+    else:  # each position's expected gain
+        expected = (matrix @ (column_scale * sample_gains).unsqueeze(-1)).squeeze(-1)
+        dcg = (discounts * row_scale * expected).sum(dim=-1)
+    ndcg = dcg.reshape(samples, -1).mean(dim=0) / (ideal + IDCG_EPS)
+    valid = valid_queries(labels, mask)
+    per_query = nan_for_nonfinite_scores(-ndcg, scores, mask, valid)
+    return reduce_queries(per_query, valid, reduction)
+
+
+class NeuralNDCGLoss(nn.Module):
+    """Module form of :func:`neural_ndcg_loss`."""
+
+    def __init__(
+        self,
+        *,
+        temperature: float = 1.0,
+        k: int | None = None,
+        powered_relevancies: bool = True,
+        transposed: bool = False,
+        stochastic: bool = False,
+        n_samples: int = 32,
+        beta: float = 0.1,
+        log_scores: bool = True,
+        sinkhorn_tolerance: float = 1e-6,
+        sinkhorn_iterations: int = 50,
+        reduction: str = "mean",
+    ) -> None:
+        super().__init__()
+        self.temperature = check_positive("temperature", temperature)
+        check_neural_options(k, n_samples, sinkhorn_iterations, sinkhorn_tolerance)
+        self.options = dict(
+            k=k,
+            powered_relevancies=bool(powered_relevancies),
+            transposed=bool(transposed),
+            stochastic=bool(stochastic),
+            n_samples=int(n_samples),
+            beta=float(beta),
+            log_scores=bool(log_scores),
+            sinkhorn_tolerance=float(sinkhorn_tolerance),
+            sinkhorn_iterations=int(sinkhorn_iterations),
+        )
+        self.reduction = check_reduction(reduction)
+
+    def forward(
+        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        return neural_ndcg_loss(
+            scores,
+            labels,
+            mask,
+            temperature=self.temperature,
+            **self.options,
+            reduction=self.reduction,
+        )
