@@ -19,21 +19,39 @@ import torch
 from torch import nn
 
 from differank.losses import (
+    ApproxMetricLoss,
+    ApproxNDCGLoss,
     ConeLoss,
     ConvexLoss,
     DominationLoss,
+    LambdaLoss,
+    ListMLELoss,
     ListNetLoss,
+    MSELoss,
+    NeuralNDCGLoss,
+    Poly1SoftmaxLoss,
     RankNetLoss,
+    SigmoidBCELoss,
+    SoftmaxLoss,
     StructuredHingeLoss,
+    approx_metric_loss,
+    approx_ndcg_loss,
     cone_loss,
     convex_loss,
     domination_loss,
     label_margins,
+    lambda_loss,
+    listmle_loss,
     listnet_loss,
+    mse_loss,
+    neural_ndcg_loss,
+    poly1_softmax_loss,
     ranknet_loss,
+    sigmoid_bce_loss,
+    softmax_loss,
     structured_hinge_loss,
 )
-from tests import oracles
+from tests import oracles, oracles_standard
 
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -119,6 +137,9 @@ class LossCase:
     cannot: Mapping[str, str] = field(default_factory=dict)
     # check -> why it is too slow for the default suite (marked @pytest.mark.slow)
     slow: Mapping[str, str] = field(default_factory=dict)
+    # how far the half-precision check scales the scores: large enough that fp16 pair sums would
+    # overflow, small enough that the loss's own gradient is representable in fp16
+    half_scale: float = 1e4
 
     def make_batch(self, seed: int = 0, dtype: torch.dtype = torch.float64) -> Batch:
         return self.batch(seed, dtype, feature_dim=self.feature_dim)
@@ -162,6 +183,20 @@ CONVEX_SAMPLER = {"num_samples": 20, "walk_length": 4, "delta": "ndcg"}
 ASSIGNMENT_ON_HOST = (
     'solver="assignment" solves one assignment per query on the host (the static path is '
     'solver="dp")'
+)
+LAMBDA_WEIGHTINGS = (
+    "ndcgLoss1",
+    "ndcgLoss2",
+    "ndcgLoss2++",
+    "lambdaRank",
+    "rankNet",
+    "rankNetWeightedByGTDiff",
+    "rankNetWeightedByGTDiffPowed",
+)
+LAMBDA_VARIANT = "a weighting of lambda_loss, whose ndcgLoss2++ compiles in the default suite"
+LISTMLE_TIES_BY_INDEX = (
+    'ties="index" orders tied labels by their slot, so permuting tied documents changes the '
+    'Plackett-Luce order it scores (ties="random", the default, averages over tie orders)'
 )
 SAMPLER_WALKS_SLOTS = (
     "the sampler walks over slot positions: other slots (a permutation, extra padded columns) "
@@ -284,6 +319,56 @@ CASES: dict[str, LossCase] = {
             rtol=1e-6,
             atol=1e-9,
             slow={"compile": "a variant of cone, which compiles in the default suite"},
+        ),
+        *(
+            LossCase(
+                f"lambdaloss_{weighting}",
+                lambda_loss,
+                LambdaLoss,
+                partial(oracles_standard.lambda_loss_oracle, weighting=weighting),
+                options={"weighting": weighting},
+                slow={} if weighting == "ndcgLoss2++" else {"compile": LAMBDA_VARIANT},
+            )
+            for weighting in LAMBDA_WEIGHTINGS
+        ),
+        LossCase(
+            "approxndcg",
+            approx_ndcg_loss,
+            ApproxNDCGLoss,
+            oracles_standard.approx_ndcg_oracle,
+        ),
+        LossCase(
+            "neuralndcg",
+            neural_ndcg_loss,
+            NeuralNDCGLoss,
+            oracles_standard.neural_ndcg_oracle,
+            rtol=1e-6,
+        ),
+        LossCase(
+            "listmle",
+            listmle_loss,
+            ListMLELoss,
+            partial(oracles_standard.listmle_oracle, ties="index"),
+            options={"ties": "index"},
+            cannot={"permutation": LISTMLE_TIES_BY_INDEX},
+        ),
+        LossCase("softmax", softmax_loss, SoftmaxLoss, oracles_standard.softmax_oracle),
+        LossCase(
+            "poly1", poly1_softmax_loss, Poly1SoftmaxLoss, oracles_standard.poly1_softmax_oracle
+        ),
+        LossCase("bce", sigmoid_bce_loss, SigmoidBCELoss, oracles_standard.sigmoid_bce_oracle),
+        # the squared error's gradient 2(s - l) leaves fp16's range (65504) at scores of 3e4
+        LossCase("mse", mse_loss, MSELoss, oracles_standard.mse_oracle, half_scale=1e3),
+        *(
+            LossCase(
+                f"approx_{metric}",
+                approx_metric_loss,
+                ApproxMetricLoss,
+                partial(oracles_standard.approx_metric_oracle, metric=metric),
+                options={"metric": metric},
+                slow={} if metric == "ndcg" else {"compile": "a variant of approx_ndcg"},
+            )
+            for metric in ("ndcg", "map", "mrr", "precision")
         ),
     ]
 }

@@ -83,7 +83,7 @@ def test_value_and_gradient_match_float64_oracle(case):
     assert got.shape == want.shape == (mask.shape[0],)
     assert_equal(got, want.detach(), case)
     assert_equal(tuple(grads), want_grads, case)
-    assert want.detach()[valid_queries(labels, mask)].sum() > 0  # the batch is not trivial
+    assert want.detach()[valid_queries(labels, mask)].abs().sum() > 0  # the batch is not trivial
 
 
 @pytest.mark.parametrize("case", cases("nan_padding"))
@@ -188,7 +188,7 @@ def test_nonfinite_score_makes_its_query_nan(case):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_inputs_compute_in_float32(case, dtype):
     values, labels, mask = case.make_batch(seed=3, dtype=torch.float32)
-    values = (values * 1e4).to(dtype)  # fp16 pair sums and A(r)·s overflow near 1e4
+    values = (values * case.half_scale).to(dtype)  # fp16 pair sums and A(r)·s overflow near 1e4
     value, grad = value_and_grad(case, values, labels, mask, "sum")
     assert value.dtype == torch.float32 and grad.dtype == dtype
     assert torch.isfinite(value) and torch.isfinite(grad).all()

@@ -71,7 +71,10 @@ class HingeCuttingPlane:
         epsilon: float = 1e-3,
     ) -> None:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"k must be an integer >= 1, got {k!r}")
+            raise ValueError(
+                f"k must be an integer >= 1, got {k!r} (model=hinge_cutting_plane takes it from "
+                "loss.k: pair with loss=hinge, or set model.solver.k)"
+            )
         if weight_decay <= 0:
             raise ValueError(f"weight_decay must be > 0 (the paper's λ/Q), got {weight_decay}")
         if ystar not in YSTARS:
