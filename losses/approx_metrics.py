@@ -5,12 +5,12 @@ docs/objectives/standard.md#approximate-metrics."""
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from differank.losses.algorithms.gains import ideal_dcg, label_gains
+from differank.losses.algorithms.dcg import dcg_gains, ideal_dcg
 from differank.losses.algorithms.pairs import valid_queries
 from differank.losses.approx_ndcg import check_positive
-from differank.losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
+from differank.losses.inputs import finite_scores, list_inputs, list_loss, nan_for_nonfinite_scores
+from differank.losses.module_form import LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
 
 METRICS = ("ndcg", "map", "mrr", "precision")
@@ -25,10 +25,11 @@ def check_metric_options(metric: str, k: int | None, temperature: float) -> None
     check_positive("temperature", temperature)
 
 
+@list_loss()
 def approx_metric_loss(
     scores: torch.Tensor,
     labels: torch.Tensor,
-    mask: torch.Tensor,
+    mask: torch.Tensor | None = None,
     *,
     metric: str = "ndcg",
     k: int | None = None,
@@ -72,7 +73,7 @@ def approx_metric_loss(
     cutoff = torch.where(mask, cutoff, torch.zeros_like(cutoff))
     relevant = (mask & (labels > 0)).to(safe.dtype)
     if metric == "ndcg":
-        gains = label_gains(labels, mask)
+        gains = dcg_gains(labels, mask)
         ideal = ideal_dcg(gains, k)
         value = (cutoff * gains / torch.log2(1.0 + ranks)).sum(dim=-1)
         value = value / torch.where(ideal > 0, ideal, torch.ones_like(ideal))
@@ -91,31 +92,5 @@ def approx_metric_loss(
     return reduce_queries(per_query, valid, reduction)
 
 
-class ApproxMetricLoss(nn.Module):
+class ApproxMetricLoss(LossModule, function=approx_metric_loss):
     """Module form of :func:`approx_metric_loss`."""
-
-    def __init__(
-        self,
-        *,
-        metric: str = "ndcg",
-        k: int | None = None,
-        temperature: float = 1.0,
-        reduction: str = "mean",
-    ) -> None:
-        super().__init__()
-        check_metric_options(metric, k, temperature)
-        self.metric, self.k, self.temperature = metric, k, float(temperature)
-        self.reduction = check_reduction(reduction)
-
-    def forward(
-        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
-    ) -> torch.Tensor:
-        return approx_metric_loss(
-            scores,
-            labels,
-            mask,
-            metric=self.metric,
-            k=self.k,
-            temperature=self.temperature,
-            reduction=self.reduction,
-        )

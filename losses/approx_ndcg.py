@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from differank.losses.algorithms.chunks import query_chunks
-from differank.losses.algorithms.gains import ideal_dcg, label_gains
+from differank.losses.algorithms.dcg import dcg_gains, ideal_dcg
 from differank.losses.algorithms.pairs import valid_queries
-from differank.losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
+from differank.losses.inputs import finite_scores, list_inputs, list_loss, nan_for_nonfinite_scores
+from differank.losses.module_form import LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
 
 
@@ -75,10 +75,11 @@ def approx_positions(
     return 0.5 + _BeatenSum.apply(alpha * scores, real, eps)
 
 
+@list_loss()
 def approx_ndcg_loss(
     scores: torch.Tensor,
     labels: torch.Tensor,
-    mask: torch.Tensor,
+    mask: torch.Tensor | None = None,
     *,
     alpha: float = 1.0,
     eps: float = 1e-10,
@@ -106,7 +107,7 @@ def approx_ndcg_loss(
     check_positive("alpha", alpha)
     scores, labels, mask = list_inputs(scores, labels, mask)
     safe = finite_scores(scores, mask)
-    gains = label_gains(labels, mask)
+    gains = dcg_gains(labels, mask)
     normalized = gains / ideal_dcg(gains).clamp(min=eps).unsqueeze(-1)
     positions = approx_positions(safe, mask, alpha=alpha, eps=eps)
     per_query = -(normalized / torch.log2(1.0 + positions)).sum(dim=-1)
@@ -115,17 +116,5 @@ def approx_ndcg_loss(
     return reduce_queries(per_query, valid, reduction)
 
 
-class ApproxNDCGLoss(nn.Module):
+class ApproxNDCGLoss(LossModule, function=approx_ndcg_loss):
     """Module form of :func:`approx_ndcg_loss`."""
-
-    def __init__(self, *, alpha: float = 1.0, eps: float = 1e-10, reduction: str = "mean") -> None:
-        super().__init__()
-        self.alpha, self.eps = check_positive("alpha", alpha), check_positive("eps", eps)
-        self.reduction = check_reduction(reduction)
-
-    def forward(
-        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
-    ) -> torch.Tensor:
-        return approx_ndcg_loss(
-            scores, labels, mask, alpha=self.alpha, eps=self.eps, reduction=self.reduction
-        )

@@ -8,7 +8,6 @@ chosen are in docs/objectives/hinge.md.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from differank.losses.algorithms.dcg import dcg_discounts
 from differank.losses.algorithms.ndcg_assignment import (
@@ -26,6 +25,7 @@ from differank.losses.inputs import (
     list_loss,
     nan_for_nonfinite_scores,
 )
+from differank.losses.module_form import LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
 
 YSTARS = ("compatible", "index")
@@ -145,7 +145,7 @@ def structured_hinge_loss(
     return reduce_queries(per_query, valid, reduction)
 
 
-class StructuredHingeLoss(nn.Module):
+class StructuredHingeLoss(LossModule, function=structured_hinge_loss):
     """Module form of :func:`structured_hinge_loss` (no learnable parameters).
 
     Example:
@@ -154,46 +154,3 @@ class StructuredHingeLoss(nn.Module):
         ...            torch.ones(1, 2, dtype=torch.bool)))
         0.0
     """
-
-    def __init__(
-        self,
-        *,
-        k: int = 10,
-        ystar: str = "compatible",
-        solver: str = "dp",
-        num_levels: int = NUM_LEVELS,
-        reduction: str = "mean",
-    ) -> None:
-        super().__init__()
-        _check_options(k, ystar, solver, num_levels)
-        self.k = k
-        self.ystar = ystar
-        self.solver = solver
-        self.num_levels = num_levels
-        self.reduction = check_reduction(reduction)
-
-    def forward(
-        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """:func:`structured_hinge_loss` with this module's options.
-
-        Shape:
-            scores [B, L] (one query: [L]); labels, mask like scores (``mask=None``: every
-            document is real) -> [B] for ``reduction="none"`` ([] for one query), else a scalar.
-        """
-        return structured_hinge_loss(
-            scores,
-            labels,
-            mask,
-            k=self.k,
-            ystar=self.ystar,
-            solver=self.solver,
-            num_levels=self.num_levels,
-            reduction=self.reduction,
-        )
-
-    def extra_repr(self) -> str:
-        return (
-            f"k={self.k}, ystar={self.ystar!r}, solver={self.solver!r}, "
-            f"num_levels={self.num_levels}, reduction={self.reduction!r}"
-        )

@@ -6,12 +6,12 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import nn
 
 from differank.losses.algorithms.chunks import query_chunks
-from differank.losses.algorithms.gains import ideal_dcg, label_gains, position_discounts
+from differank.losses.algorithms.dcg import dcg_gains, ideal_dcg
 from differank.losses.algorithms.pairs import valid_queries
-from differank.losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
+from differank.losses.inputs import finite_scores, list_inputs, list_loss, nan_for_nonfinite_scores
+from differank.losses.module_form import LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
 
 WEIGHTINGS = (
@@ -42,7 +42,9 @@ def _position_weights(weighting: str, n: int, mu: float, like: torch.Tensor) -> 
     """The factor of ``|G_i - G_j|`` that depends on the sorted positions only, [n, n]:
     ``delta_{|i-j|} = |1/D_{|i-j|} - 1/D_{|i-j|+1}|`` (0 on the diagonal) for ndcgLoss2,
     ``|1/D_i - 1/D_j|`` for lambdaRank, ``mu·delta + |1/D_i - 1/D_j|`` for ndcgLoss2++."""
-    inverse_discount = position_discounts(n, like)  # 1 / D_i
+    inverse_discount = dcg_discounts(
+        torch.arange(1, n + 1, device=like.device), None, like.dtype
+    )  # 1 / D_i
     positions = torch.arange(n, device=like.device)
     distance = (positions.unsqueeze(-1) - positions.unsqueeze(-2)).abs()
     step = torch.cat([inverse_discount.new_ones(1), inverse_discount])  # 1/D_0 unused
@@ -64,7 +66,12 @@ def _pair_weights(weighting: str, sorted_terms: tuple, per_position: torch.Tenso
     gains, clamped, labels, real = sorted_terms
     pairs = real.unsqueeze(-1) & real.unsqueeze(-2)
     if weighting == "ndcgLoss1":  # G_i / D_i for every j, the diagonal included
-        weight = (gains * position_discounts(gains.shape[-1], gains)).unsqueeze(-1)
+        weight = (
+            gains
+            * dcg_discounts(
+                torch.arange(1, gains.shape[-1] + 1, device=gains.device), None, gains.dtype
+            )
+        ).unsqueeze(-1)
         return torch.where(pairs, weight, 0.0)
     pairs = pairs & (labels.unsqueeze(-1) > labels.unsqueeze(-2))
     if weighting == "rankNet":
@@ -122,10 +129,11 @@ class _WeightedPairLoss(torch.autograd.Function):
         return grad_scaled, None, None, None, None, None, None, None
 
 
+@list_loss()
 def lambda_loss(
     scores: torch.Tensor,
     labels: torch.Tensor,
-    mask: torch.Tensor,
+    mask: torch.Tensor | None = None,
     *,
     weighting: str = "ndcgLoss2++",
     k: int | None = None,
@@ -166,7 +174,7 @@ def lambda_loss(
     check_lambda_options(weighting, k, sigma, logarithm)
     scores, labels, mask = list_inputs(scores, labels, mask)
     safe = finite_scores(scores, mask)
-    gains = label_gains(labels, mask)
+    gains = dcg_gains(labels, mask)
     max_dcg = ideal_dcg(gains, k).clamp(min=eps)
     # padded slots sort last, so sorted position i is the i-th real document
     key = torch.where(mask, safe, torch.full_like(safe, float("-inf")))
@@ -194,40 +202,5 @@ def lambda_loss(
     return reduce_queries(per_query, valid, reduction)
 
 
-class LambdaLoss(nn.Module):
+class LambdaLoss(LossModule, function=lambda_loss):
     """Module form of :func:`lambda_loss`."""
-
-    def __init__(
-        self,
-        *,
-        weighting: str = "ndcgLoss2++",
-        k: int | None = None,
-        sigma: float = 1.0,
-        mu: float = 10.0,
-        eps: float = 1e-10,
-        logarithm: str = "binary",
-        reduction: str = "mean",
-    ) -> None:
-        super().__init__()
-        check_lambda_options(weighting, k, sigma, logarithm)
-        if not eps > 0:
-            raise ValueError(f"eps must be > 0, got {eps!r}")
-        self.weighting, self.k, self.logarithm = weighting, k, logarithm
-        self.sigma, self.mu, self.eps = float(sigma), float(mu), float(eps)
-        self.reduction = check_reduction(reduction)
-
-    def forward(
-        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
-    ) -> torch.Tensor:
-        return lambda_loss(
-            scores,
-            labels,
-            mask,
-            weighting=self.weighting,
-            k=self.k,
-            sigma=self.sigma,
-            mu=self.mu,
-            eps=self.eps,
-            logarithm=self.logarithm,
-            reduction=self.reduction,
-        )

@@ -4,10 +4,10 @@ position-aware form p-ListMLE (Lan et al., UAI 2014); docs/objectives/standard.m
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from differank.losses.algorithms.pairs import valid_queries
-from differank.losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
+from differank.losses.inputs import finite_scores, list_inputs, list_loss, nan_for_nonfinite_scores
+from differank.losses.module_form import LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
 
 TIES = ("random", "index")
@@ -72,10 +72,11 @@ class _PlackettLuce(torch.autograd.Function):
         return torch.zeros_like(ranked_grad).scatter(-1, order, ranked_grad), None, None, None, None
 
 
+@list_loss()
 def listmle_loss(
     scores: torch.Tensor,
     labels: torch.Tensor,
-    mask: torch.Tensor,
+    mask: torch.Tensor | None = None,
     *,
     ties: str = "random",
     position_aware: bool = False,
@@ -121,31 +122,5 @@ def listmle_loss(
     return reduce_queries(per_query, valid, reduction)
 
 
-class ListMLELoss(nn.Module):
+class ListMLELoss(LossModule, function=listmle_loss):
     """Module form of :func:`listmle_loss`."""
-
-    def __init__(
-        self,
-        *,
-        ties: str = "random",
-        position_aware: bool = False,
-        eps: float = 1e-10,
-        reduction: str = "mean",
-    ) -> None:
-        super().__init__()
-        check_listmle_options(ties, eps)
-        self.ties, self.position_aware, self.eps = ties, bool(position_aware), float(eps)
-        self.reduction = check_reduction(reduction)
-
-    def forward(
-        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
-    ) -> torch.Tensor:
-        return listmle_loss(
-            scores,
-            labels,
-            mask,
-            ties=self.ties,
-            position_aware=self.position_aware,
-            eps=self.eps,
-            reduction=self.reduction,
-        )

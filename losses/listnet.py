@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import nn
 from torch.nn import functional as F
 
 from differank.losses.algorithms.pairs import valid_queries
@@ -19,6 +18,7 @@ from differank.losses.inputs import (
     may_read_values,
     nan_for_nonfinite_scores,
 )
+from differank.losses.module_form import LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
 
 
@@ -94,20 +94,5 @@ def _listnet_on_usable_inputs(
     return per_query, real_labels.amax(-1) > lowest
 
 
-class ListNetLoss(nn.Module):
+class ListNetLoss(LossModule, function=listnet_loss):
     """Module form of :func:`listnet_loss`."""
-
-    def __init__(self, *, reduction: str = "mean") -> None:
-        super().__init__()
-        self.reduction = check_reduction(reduction)
-
-    def forward(
-        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """:func:`listnet_loss` with this module's options.
-
-        Shape:
-            scores [B, L] (one query: [L]); labels, mask like scores (``mask=None``: every
-            document is real) -> [B] for ``reduction="none"`` ([] for one query), else a scalar.
-        """
-        return listnet_loss(scores, labels, mask, reduction=self.reduction)

@@ -4,9 +4,8 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from differank.losses.algorithms.gains import ideal_dcg, label_gains, position_discounts
+from differank.losses.algorithms.dcg import dcg_gains, ideal_dcg, position_discounts
 from differank.losses.algorithms.pairs import valid_queries
 from differank.losses.algorithms.soft_sorting import (
     gumbel_perturbed_scores,
@@ -15,7 +14,8 @@ from differank.losses.algorithms.soft_sorting import (
     sinkhorn_scalings,
 )
 from differank.losses.approx_ndcg import check_positive
-from differank.losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
+from differank.losses.inputs import finite_scores, list_inputs, list_loss, nan_for_nonfinite_scores
+from differank.losses.module_form import LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
 
 IDCG_EPS = 1e-10  # allRank's DEFAULT_EPS added to the ideal DCG
@@ -34,10 +34,11 @@ def check_neural_options(k: int | None, n_samples: int, iterations: int, toleran
         raise ValueError(f"sinkhorn_tolerance must be >= 0, got {tolerance!r}")
 
 
+@list_loss()
 def neural_ndcg_loss(
     scores: torch.Tensor,
     labels: torch.Tensor,
-    mask: torch.Tensor,
+    mask: torch.Tensor | None = None,
     *,
     temperature: float = 1.0,
     k: int | None = None,
@@ -83,7 +84,7 @@ def neural_ndcg_loss(
     check_neural_options(k, n_samples, sinkhorn_iterations, sinkhorn_tolerance)
     scores, labels, mask = list_inputs(scores, labels, mask)
     safe = finite_scores(scores, mask)
-    gains = label_gains(labels, mask, powered=powered_relevancies)
+    gains = dcg_gains(labels, mask, powered=powered_relevancies)
     ideal = ideal_dcg(gains, k)
     length = scores.shape[-1]
     discounts = position_discounts(length, safe)
@@ -119,48 +120,5 @@ def neural_ndcg_loss(
     return reduce_queries(per_query, valid, reduction)
 
 
-class NeuralNDCGLoss(nn.Module):
+class NeuralNDCGLoss(LossModule, function=neural_ndcg_loss):
     """Module form of :func:`neural_ndcg_loss`."""
-
-    def __init__(
-        self,
-        *,
-        temperature: float = 1.0,
-        k: int | None = None,
-        powered_relevancies: bool = True,
-        transposed: bool = False,
-        stochastic: bool = False,
-        n_samples: int = 32,
-        beta: float = 0.1,
-        log_scores: bool = True,
-        sinkhorn_tolerance: float = 1e-6,
-        sinkhorn_iterations: int = 50,
-        reduction: str = "mean",
-    ) -> None:
-        super().__init__()
-        self.temperature = check_positive("temperature", temperature)
-        check_neural_options(k, n_samples, sinkhorn_iterations, sinkhorn_tolerance)
-        self.options = dict(
-            k=k,
-            powered_relevancies=bool(powered_relevancies),
-            transposed=bool(transposed),
-            stochastic=bool(stochastic),
-            n_samples=int(n_samples),
-            beta=float(beta),
-            log_scores=bool(log_scores),
-            sinkhorn_tolerance=float(sinkhorn_tolerance),
-            sinkhorn_iterations=int(sinkhorn_iterations),
-        )
-        self.reduction = check_reduction(reduction)
-
-    def forward(
-        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
-    ) -> torch.Tensor:
-        return neural_ndcg_loss(
-            scores,
-            labels,
-            mask,
-            temperature=self.temperature,
-            **self.options,
-            reduction=self.reduction,
-        )

@@ -5,11 +5,11 @@ docs/objectives/standard.md#pointwise-baselines."""
 from __future__ import annotations
 
 import torch
-from torch import nn
 from torch.nn import functional as F
 
 from differank.losses.algorithms.pairs import valid_queries
-from differank.losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
+from differank.losses.inputs import finite_scores, list_inputs, list_loss, nan_for_nonfinite_scores
+from differank.losses.module_form import LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
 
 
@@ -28,10 +28,11 @@ def _per_document_sum(
     return reduce_queries(per_query, valid, reduction)
 
 
+@list_loss()
 def sigmoid_bce_loss(
     scores: torch.Tensor,
     labels: torch.Tensor,
-    mask: torch.Tensor,
+    mask: torch.Tensor | None = None,
     *,
     max_label: float = 1.0,
     reduction: str = "mean",
@@ -57,8 +58,13 @@ def sigmoid_bce_loss(
     return _per_document_sum(scores, labels, mask, document_loss, reduction)
 
 
+@list_loss()
 def mse_loss(
-    scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, *, reduction: str = "mean"
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    reduction: str = "mean",
 ) -> torch.Tensor:
     """``L_q = Σ_i (s_i - l_i)²`` over the real documents (regression on the labels).
 
@@ -75,31 +81,9 @@ def mse_loss(
     )
 
 
-class SigmoidBCELoss(nn.Module):
+class SigmoidBCELoss(LossModule, function=sigmoid_bce_loss):
     """Module form of :func:`sigmoid_bce_loss`."""
 
-    def __init__(self, *, max_label: float = 1.0, reduction: str = "mean") -> None:
-        super().__init__()
-        if not max_label > 0:
-            raise ValueError(f"max_label must be > 0, got {max_label!r}")
-        self.max_label, self.reduction = float(max_label), check_reduction(reduction)
 
-    def forward(
-        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
-    ) -> torch.Tensor:
-        return sigmoid_bce_loss(
-            scores, labels, mask, max_label=self.max_label, reduction=self.reduction
-        )
-
-
-class MSELoss(nn.Module):
+class MSELoss(LossModule, function=mse_loss):
     """Module form of :func:`mse_loss`."""
-
-    def __init__(self, *, reduction: str = "mean") -> None:
-        super().__init__()
-        self.reduction = check_reduction(reduction)
-
-    def forward(
-        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
-    ) -> torch.Tensor:
-        return mse_loss(scores, labels, mask, reduction=self.reduction)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
 from torch.nn import functional as F
 
 from differank.losses.algorithms.pairs import preference_mask, valid_queries
@@ -13,6 +12,7 @@ from differank.losses.inputs import (
     list_loss,
     nan_for_nonfinite_scores,
 )
+from differank.losses.module_form import LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
 
 MAX_PAIR_BYTES = 16 * 2**30
@@ -85,20 +85,5 @@ def ranknet_loss(
     return reduce_queries(per_query, valid, reduction)
 
 
-class RankNetLoss(nn.Module):
+class RankNetLoss(LossModule, function=ranknet_loss):
     """Module form of :func:`ranknet_loss`."""
-
-    def __init__(self, *, reduction: str = "mean") -> None:
-        super().__init__()
-        self.reduction = check_reduction(reduction)
-
-    def forward(
-        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """:func:`ranknet_loss` with this module's options.
-
-        Shape:
-            scores [B, L] (one query: [L]); labels, mask like scores (``mask=None``: every
-            document is real) -> [B] for ``reduction="none"`` ([] for one query), else a scalar.
-        """
-        return ranknet_loss(scores, labels, mask, reduction=self.reduction)

@@ -4,10 +4,10 @@ and its Poly-1 form (Leng et al., ICLR 2022); docs/objectives/standard.md#softma
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from differank.losses.algorithms.pairs import valid_queries
-from differank.losses.inputs import finite_scores, list_inputs, nan_for_nonfinite_scores
+from differank.losses.inputs import finite_scores, list_inputs, list_loss, nan_for_nonfinite_scores
+from differank.losses.module_form import LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
 
 
@@ -30,8 +30,13 @@ def _softmax_terms(
     return cross_entropy, p_target, valid, (scores, mask)
 
 
+@list_loss()
 def softmax_loss(
-    scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, *, reduction: str = "mean"
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    reduction: str = "mean",
 ) -> torch.Tensor:
     """``L_q = -Σ_i (l_i / Σ_j l_j) · log softmax(s)_i`` over the real documents (TF-Ranking's
     ``SoftmaxLoss``, Rax's ``softmax_loss``; Bruch et al. 2019). Labels below 0 count as 0.
@@ -52,10 +57,11 @@ def softmax_loss(
     return reduce_queries(per_query, valid, reduction)
 
 
+@list_loss()
 def poly1_softmax_loss(
     scores: torch.Tensor,
     labels: torch.Tensor,
-    mask: torch.Tensor,
+    mask: torch.Tensor | None = None,
     *,
     epsilon: float = 1.0,
     reduction: str = "mean",
@@ -80,30 +86,9 @@ def poly1_softmax_loss(
     return reduce_queries(per_query, valid, reduction)
 
 
-class SoftmaxLoss(nn.Module):
+class SoftmaxLoss(LossModule, function=softmax_loss):
     """Module form of :func:`softmax_loss`."""
 
-    def __init__(self, *, reduction: str = "mean") -> None:
-        super().__init__()
-        self.reduction = check_reduction(reduction)
 
-    def forward(
-        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
-    ) -> torch.Tensor:
-        return softmax_loss(scores, labels, mask, reduction=self.reduction)
-
-
-class Poly1SoftmaxLoss(nn.Module):
+class Poly1SoftmaxLoss(LossModule, function=poly1_softmax_loss):
     """Module form of :func:`poly1_softmax_loss`."""
-
-    def __init__(self, *, epsilon: float = 1.0, reduction: str = "mean") -> None:
-        super().__init__()
-        self.epsilon = float(epsilon)
-        self.reduction = check_reduction(reduction)
-
-    def forward(
-        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
-    ) -> torch.Tensor:
-        return poly1_softmax_loss(
-            scores, labels, mask, epsilon=self.epsilon, reduction=self.reduction
-        )

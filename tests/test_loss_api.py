@@ -7,21 +7,17 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from functools import partial
 
 import pytest
 import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+import differank.losses
 import differank.losses.inputs as inputs_module
 import differank.losses.ranknet as ranknet_module
 from differank.losses import (
-    ConeLoss,
-    ConvexLoss,
-    DominationLoss,
-    ListNetLoss,
-    RankNetLoss,
-    StructuredHingeLoss,
     cone_loss,
     convex_loss,
     domination_loss,
@@ -53,8 +49,21 @@ LOSSES = {
     "hinge": structured_hinge_loss,
     "convex": seeded_convex,
     "cone": cone_on_scores,
+    "lambdaloss": differank.losses.lambda_loss,
+    "approxndcg": differank.losses.approx_ndcg_loss,
+    "neuralndcg": differank.losses.neural_ndcg_loss,
+    "listmle": partial(differank.losses.listmle_loss, ties="index"),  # deterministic ties
+    "softmax": differank.losses.softmax_loss,
+    "poly1": differank.losses.poly1_softmax_loss,
+    "bce": differank.losses.sigmoid_bce_loss,
+    "mse": differank.losses.mse_loss,
+    "approxmetric": differank.losses.approx_metric_loss,
 }
-MODULES = [RankNetLoss, ListNetLoss, DominationLoss, StructuredHingeLoss, ConvexLoss, ConeLoss]
+MODULES = [
+    value
+    for value in vars(differank.losses).values()
+    if isinstance(value, type) and issubclass(value, torch.nn.Module)
+]
 
 
 def batch(seed=0):

@@ -29,7 +29,7 @@ from functools import lru_cache
 
 import torch
 
-from differank.losses.algorithms.dcg import dcg_discounts, dcg_gains
+from differank.losses.algorithms.dcg import dcg_discounts, dcg_gains, ideal_dcg
 from differank.losses.algorithms.pairs import label_levels
 from differank.losses.inputs import may_read_values
 
@@ -48,13 +48,7 @@ def gains_and_ideal_dcg(
     """Gains ``2^label − 1`` (0 at padding) [B, L] and the ideal DCG@k ``N_q`` [B]."""
     real = torch.where(mask, labels.to(dtype), torch.zeros((), dtype=dtype, device=labels.device))
     gains = dcg_gains(real, mask)
-    top = min(k, labels.shape[-1])
-    ordered = torch.where(mask, gains, torch.full_like(gains, -math.inf))
-    best = ordered.topk(top, dim=-1).values
-    best = torch.where(torch.isfinite(best), best, torch.zeros_like(best))
-    ranks = torch.arange(1, top + 1, device=labels.device)
-    ideal = (best * dcg_discounts(ranks, k, dtype)).sum(dim=-1)
-    return gains, ideal
+    return gains, ideal_dcg(gains, k)
 
 
 def query_levels(

@@ -1,0 +1,94 @@
+"""The ``nn.Module`` form of a loss function, written once: a subclass names its function, and
+gets a constructor taking the function's keyword options (same names, same defaults, so
+``inspect.signature`` and Hydra see them), a ``forward(scores, labels, mask=None)`` calling the
+function with them, and a ``repr`` listing them.
+
+Losses whose module does more than store options (ConeRank's basis and warm start, ConvexLoss'
+sample refresh, the domination loss' margin buffer) keep a class of their own.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+
+class LossModule(nn.Module):
+    """Module form of a list loss ``function(scores, labels, mask=None, *, **options)``.
+
+    Example:
+        >>> from differank.losses.listnet import listnet_loss
+        >>> class ListNet(LossModule, function=listnet_loss):
+        ...     pass
+        >>> ListNet(reduction="sum")
+        ListNet(reduction='sum')
+        >>> ListNet(reduction="max")
+        Traceback (most recent call last):
+        ...
+        ValueError: reduction must be one of ('none', 'mean', 'sum'), got 'max'
+    """
+
+    function: ClassVar[Callable[..., torch.Tensor]]
+
+    def __init_subclass__(cls, *, function: Callable[..., torch.Tensor], **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.function = staticmethod(function)
+        keywords = [
+            parameter
+            for parameter in inspect.signature(function).parameters.values()
+            if parameter.kind is parameter.KEYWORD_ONLY
+        ]
+
+        def __init__(self, **options: Any) -> None:
+            LossModule.__init__(self, **options)
+
+        self_parameter = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        __init__.__signature__ = inspect.Signature([self_parameter, *keywords])
+        __init__.__doc__ = f"The keyword options of :func:`{function.__name__}`."
+        cls.__init__ = __init__
+        cls.forward = _own_copy(LossModule.forward, cls)
+        if cls.__doc__ is None:
+            cls.__doc__ = f"Module form of :func:`{function.__name__}`."
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__()
+        bound = inspect.signature(type(self).__init__).bind(self, **options)  # unknown names fail
+        bound.apply_defaults()
+        self.options = {name: value for name, value in bound.arguments.items() if name != "self"}
+        # Validated by the function itself on one two-document query, so the module refuses
+        # exactly what a call would; the RNG is forked, so a stochastic loss (random ties,
+        # Gumbel samples) draws nothing from the caller's stream.
+        with torch.random.fork_rng(devices=[]):
+            self.function(torch.zeros(2), torch.tensor([1.0, 0.0]), **self.options)
+        for name, value in self.options.items():
+            setattr(self, name, value)
+
+    def forward(
+        self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The loss function with this module's options.
+
+        Shape:
+            scores [B, L] (one query: [L]); labels, mask like scores (``mask=None``: every
+            document is real) -> [B] for ``reduction="none"`` ([] for one query), else a scalar.
+        """
+        return self.function(scores, labels, mask, **self.options)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{name}={value!r}" for name, value in self.options.items())
+
+
+def _own_copy(method: types.FunctionType, cls: type) -> types.FunctionType:
+    """``method`` with a code object of its own for ``cls``: torch.compile caches graphs and
+    counts recompilations per code object, so one shared ``forward`` would let a process that
+    compiles more than 8 loss classes hit its recompile limit."""
+    code = method.__code__.replace(co_qualname=f"{cls.__qualname__}.{method.__name__}")
+    copy = types.FunctionType(code, method.__globals__, method.__name__, method.__defaults__)
+    copy.__doc__, copy.__annotations__ = method.__doc__, method.__annotations__
+    copy.__qualname__ = code.co_qualname
+    return copy
