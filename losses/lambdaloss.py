@@ -8,7 +8,7 @@ import math
 import torch
 
 from differank.losses.algorithms.chunks import query_chunks
-from differank.losses.algorithms.dcg import dcg_gains, ideal_dcg
+from differank.losses.algorithms.dcg import dcg_gains, ideal_dcg, position_discounts
 from differank.losses.algorithms.pairs import valid_queries
 from differank.losses.inputs import finite_scores, list_inputs, list_loss, nan_for_nonfinite_scores
 from differank.losses.module_form import LossModule
@@ -42,9 +42,7 @@ def _position_weights(weighting: str, n: int, mu: float, like: torch.Tensor) -> 
     """The factor of ``|G_i - G_j|`` that depends on the sorted positions only, [n, n]:
     ``delta_{|i-j|} = |1/D_{|i-j|} - 1/D_{|i-j|+1}|`` (0 on the diagonal) for ndcgLoss2,
     ``|1/D_i - 1/D_j|`` for lambdaRank, ``mu·delta + |1/D_i - 1/D_j|`` for ndcgLoss2++."""
-    inverse_discount = dcg_discounts(
-        torch.arange(1, n + 1, device=like.device), None, like.dtype
-    )  # 1 / D_i
+    inverse_discount = position_discounts(n, like)  # 1 / D_i
     positions = torch.arange(n, device=like.device)
     distance = (positions.unsqueeze(-1) - positions.unsqueeze(-2)).abs()
     step = torch.cat([inverse_discount.new_ones(1), inverse_discount])  # 1/D_0 unused
@@ -66,12 +64,7 @@ def _pair_weights(weighting: str, sorted_terms: tuple, per_position: torch.Tenso
     gains, clamped, labels, real = sorted_terms
     pairs = real.unsqueeze(-1) & real.unsqueeze(-2)
     if weighting == "ndcgLoss1":  # G_i / D_i for every j, the diagonal included
-        weight = (
-            gains
-            * dcg_discounts(
-                torch.arange(1, gains.shape[-1] + 1, device=gains.device), None, gains.dtype
-            )
-        ).unsqueeze(-1)
+        weight = (gains * position_discounts(gains.shape[-1], gains)).unsqueeze(-1)
         return torch.where(pairs, weight, 0.0)
     pairs = pairs & (labels.unsqueeze(-1) > labels.unsqueeze(-2))
     if weighting == "rankNet":
