@@ -44,15 +44,17 @@ LENGTHS = (16, 128, 1024, 1251)
 
 
 def build_module(scorer: str, objective: str, n_features: int):
-    from hydra.utils import instantiate
-    from omegaconf import OmegaConf
+    """What ``train.py model=SCORER loss=OBJECTIVE`` builds (composed by train.py's own
+    ``compose_run``), without a learning-rate schedule (one step is timed, not an epoch)."""
+    import tempfile
 
-    model = OmegaConf.load(ROOT / "conf" / "model" / f"{scorer}.yaml")
-    loss = OmegaConf.load(ROOT / "conf" / "loss" / f"{objective}.yaml")
-    if scorer == "conerank":  # its rho/alpha follow the loss's (Hydra interpolations)
-        model.ranker.rho, model.ranker.alpha, model.ranker.seed = loss.rho, loss.alpha, 0
+    from hydra.utils import instantiate
+    from reproduce import train_script
+
+    overrides = [f"model={scorer}", f"loss={objective}", "++model.scheduler=null"]
+    cfg = train_script()["compose_run"](overrides, Path(tempfile.mkdtemp()))
     torch.manual_seed(0)
-    module = instantiate(model, loss=instantiate(loss), n_features=n_features)
+    module = instantiate(cfg.model, loss=instantiate(cfg.loss), n_features=n_features)
     return module, module.configure_optimizers()
 
 
