@@ -1,5 +1,6 @@
 """Every loss of ``differank.losses`` as one :class:`LossCase`: what the shared contract suite
-(tests/test_loss_contract.py) needs to run it. Adding a loss to the suite = one entry in ``CASES``.
+(tests/losses/test_loss_contract.py) needs to run it. Adding a loss to the suite = one entry in
+``CASES``.
 
 An entry names the loss function and its module class, the hyperparameters both take, a batch
 builder, the float64 oracle (tests/oracles.py) and tolerances. What a loss legitimately cannot
@@ -55,7 +56,7 @@ from tests import oracles, oracles_standard
 
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
-# The checks of tests/test_loss_contract.py, the keys of ``cannot`` and ``slow``.
+# The checks of tests/losses/test_loss_contract.py, the keys of ``cannot`` and ``slow``.
 CHECKS = (
     "oracle",  # value and gradient vs the float64 oracle, per query
     "nan_padding",  # NaN in padded slots changes nothing, padding gradient 0

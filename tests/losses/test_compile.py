@@ -1,4 +1,4 @@
-"""Compiling the losses, beyond the contract every loss keeps (tests/test_loss_contract.py:
+"""Compiling the losses, beyond the contract every loss keeps (tests/losses/test_loss_contract.py:
 fullgraph compile with aot_eager and inductor, no host read on the static path): the hinge's
 static path marks queries over ``num_levels``, and the throughput benchmark compares compiled and
 eager."""

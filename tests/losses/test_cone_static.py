@@ -12,8 +12,8 @@ from differank.losses.algorithms.cone_active_set import (
     static_active_set_fold_in,
 )
 from differank.losses.cone import ConeLoss
+from tests.losses.test_cone import random_basis, random_batch
 from tests.oracles import cone_query_loss_oracle
-from tests.test_cone import random_basis, random_batch
 
 OPTIONS = [
     {"max_pairs_per_query": None},  # simplex, every pair
@@ -70,7 +70,7 @@ def check_compiled_matches_eager(options):
     torch.testing.assert_close(got, eager, rtol=1e-10, atol=1e-12)
 
 
-# the default compiles in the default suite: tests/test_loss_contract.py (the cone entry)
+# the default compiles in the default suite: tests/losses/test_loss_contract.py (the cone entry)
 @pytest.mark.slow  # about 10 s each: the default's compilation covers the same code
 @pytest.mark.parametrize("options", OPTIONS[1:4], ids=str)
 def test_other_options_compile_fullgraph_and_match_eager(options):

@@ -8,7 +8,6 @@ import math
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,10 +24,9 @@ from differank.rankers.metrics.evaluate import (
     read_labels_and_qids,
     read_rows,
 )
-from tests.conftest import requires_mq2008
+from tests.conftest import ROOT, requires_mq2008
 from tests.oracles import letor_query_metrics_oracle, trec_query_metrics_oracle
 
-ROOT = Path(__file__).resolve().parents[1]
 MQ2008 = ROOT.parent / "shared" / "data" / "MQ2008"
 
 # Two queries; qid 7's lines are split into two blocks around qid 3 (they still form one query).

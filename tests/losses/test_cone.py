@@ -2,7 +2,7 @@
 §8): the band constraint and weightings, every fold-in solver, the active set's internals, paper
 identities and pair sampling. The contract every loss keeps (padding, permutation, reductions,
 feature and basis gradients vs the oracle for the simplex and the cone) is
-tests/test_loss_contract.py."""
+tests/losses/test_loss_contract.py."""
 
 from __future__ import annotations
 

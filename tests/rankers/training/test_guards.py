@@ -92,7 +92,7 @@ class PoisonWeights(pl.Callback):
 )
 def test_weights_gone_non_finite_stop_the_run_and_keep_the_finite_checkpoints(tmp_path, then, what):
     poison = [
-        "+callbacks.poison._target_=tests.test_guards.PoisonWeights",
+        "+callbacks.poison._target_=tests.rankers.training.test_guards.PoisonWeights",
         f"+callbacks.poison.then={then}",
         "trainer.max_epochs=3",
     ]

@@ -14,11 +14,12 @@ from differank.datamodules import letor_text, reader
 from differank.datamodules.folds import MissingLetorFileError, resolve_fold_files
 from differank.datamodules.letor import LetorDataModule
 from differank.datamodules.reader import write_letor
+from tests.conftest import ROOT
 
 MQ2008 = (
     Path(os.environ["LETOR_DIR"]) / "MQ2008"
     if os.environ.get("LETOR_DIR")
-    else Path(__file__).resolve().parents[2] / "shared" / "data" / "MQ2008"
+    else ROOT.parent / "shared" / "data" / "MQ2008"
 )
 FOLDS_TSV = "fold\ttrain\tvali\ttest\n" + "".join(
     f"Fold{f}\t{','.join(f'S{(f + i - 1) % 5 + 1}' for i in range(3))}\t"

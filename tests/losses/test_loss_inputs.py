@@ -1,6 +1,6 @@
 """The helpers of the one input rule (``losses/inputs.py``), and every objective trains with
 bf16-mixed. The rule itself (empty shapes, integer and bool labels, non-finite labels and scores,
-half precision) is checked for every loss by tests/test_loss_contract.py."""
+half precision) is checked for every loss by tests/losses/test_loss_contract.py."""
 
 from __future__ import annotations
 

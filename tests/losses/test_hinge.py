@@ -1,6 +1,7 @@
 """Structured NDCG@k hinge (docs/objectives/hinge.md#the-loss): both exact solvers against brute
 force and scipy's LSA, the static path and the bounds; the contract every loss keeps (padding,
-permutation, reductions, gradient vs the oracle, both solvers) is tests/test_loss_contract.py."""
+permutation, reductions, gradient vs the oracle, both solvers) is
+tests/losses/test_loss_contract.py."""
 
 from __future__ import annotations
 
@@ -167,7 +168,7 @@ class TestStructuredHinge:
         assert torch.isfinite(huge)
 
     def test_module_repr_names_its_options(self):
-        # module == function: tests/test_loss_contract.py
+        # module == function: tests/losses/test_loss_contract.py
         module = StructuredHingeLoss(k=5, ystar="index", reduction="sum")
         assert "k=5" in repr(module) and "ystar='index'" in repr(module)
 

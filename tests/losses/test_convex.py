@@ -1,7 +1,7 @@
 """ConvexLoss (docs/objectives/convex.md): the batched set-LSE against per-query oracles for every
 Δ and objective, the pair-space MLE closed form, the estimator's bound, stability and the
 module's seed and refresh policy. The contract every loss keeps (padding, reductions, gradient vs
-the oracle, the sampled and pair-space defaults) is tests/test_loss_contract.py."""
+the oracle, the sampled and pair-space defaults) is tests/losses/test_loss_contract.py."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ class TestConvexLoss:
 
     def test_permutation_invariance_within_a_query_once_every_order_is_in_the_set(self):
         # the sampled estimate is not invariant (a permuted query draws other orders) and the
-        # pairs space is checked with every loss: tests/test_loss_contract.py
+        # pairs space is checked with every loss: tests/losses/test_loss_contract.py
         scores, labels, mask = padded_batch([5, 4], 6, seed=7)
         perm = torch.randperm(6, generator=torch.Generator().manual_seed(1))
         options = dict(delta="auc", reduction="none")

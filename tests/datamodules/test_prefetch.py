@@ -1,6 +1,6 @@
 """datamodules/prefetch.py: the next batch is built in a thread, the batches are the plain
 DataLoader's, and a loop that stops early leaves no thread behind (worker processes: the
-plain DataLoader, tests/test_letor.py::test_workers)."""
+plain DataLoader, tests/datamodules/test_letor.py::test_workers)."""
 
 import threading
 
