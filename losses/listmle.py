@@ -99,10 +99,7 @@ def listmle_loss(
         scores, labels, mask: [B, L] -> [B] for ``reduction="none"``, else a scalar.
 
     Example:
-        >>> scores = torch.tensor([[0.0, 0.0, 9.0]])
-        >>> labels = torch.tensor([[1.0, 0.0, float("nan")]])
-        >>> mask = torch.tensor([[True, True, False]])
-        >>> listmle_loss(scores, labels, mask)
+        >>> listmle_loss(torch.tensor([0.0, 0.0]), torch.tensor([1, 0]))  # one query, all real
         tensor(0.6931)
     """
     check_reduction(reduction)

@@ -52,6 +52,7 @@ from differank.losses import (
     softmax_loss,
     structured_hinge_loss,
 )
+from differank.losses.lambdaloss import WEIGHTINGS
 from tests import oracles, oracles_standard
 
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -184,15 +185,6 @@ CONVEX_SAMPLER = {"num_samples": 20, "walk_length": 4, "delta": "ndcg"}
 ASSIGNMENT_ON_HOST = (
     'solver="assignment" solves one assignment per query on the host (the static path is '
     'solver="dp")'
-)
-LAMBDA_WEIGHTINGS = (
-    "ndcgLoss1",
-    "ndcgLoss2",
-    "ndcgLoss2++",
-    "lambdaRank",
-    "rankNet",
-    "rankNetWeightedByGTDiff",
-    "rankNetWeightedByGTDiffPowed",
 )
 LAMBDA_VARIANT = "a weighting of lambda_loss, whose ndcgLoss2++ compiles in the default suite"
 LISTMLE_TIES_BY_INDEX = (
@@ -330,7 +322,7 @@ CASES: dict[str, LossCase] = {
                 options={"weighting": weighting},
                 slow={} if weighting == "ndcgLoss2++" else {"compile": LAMBDA_VARIANT},
             )
-            for weighting in LAMBDA_WEIGHTINGS
+            for weighting in WEIGHTINGS
         ),
         LossCase(
             "approxndcg",

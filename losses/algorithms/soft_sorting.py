@@ -16,13 +16,15 @@ from differank.losses.inputs import may_read_values
 SINKHORN_EPS = 1e-10  # allRank's clamp of row and column sums
 
 
-def _full_mask(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    return torch.ones_like(scores, dtype=torch.bool) if mask is None else mask
-
-
-def _check_temperature(temperature: float) -> None:
-    if not temperature > 0:
+def _checked_scores(
+    scores: torch.Tensor, mask: torch.Tensor | None, temperature: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(mask, scores with 0 at padded slots)`` after checking the temperature (when there is
+    one); ``mask=None``: every slot is real."""
+    if temperature is not None and not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    mask = torch.ones_like(scores, dtype=torch.bool) if mask is None else mask
+    return mask, torch.where(mask, scores, torch.zeros_like(scores))
 
 
 def position_mask(mask: torch.Tensor) -> torch.Tensor:
@@ -58,9 +60,7 @@ def neural_sort(
         tensor([[[0., 1.],
                  [1., 0.]]])
     """
-    _check_temperature(temperature)
-    mask = _full_mask(scores, mask)
-    safe = torch.where(mask, scores, torch.zeros_like(scores))
+    mask, safe = _checked_scores(scores, mask, temperature)
     spread = (safe.unsqueeze(-1) - safe.unsqueeze(-2)).abs()
     spread = torch.where(mask.unsqueeze(-2), spread, torch.zeros_like(spread)).sum(dim=-1)  # [B, L]
     count = mask.sum(dim=-1, keepdim=True).to(scores.dtype)
@@ -93,8 +93,7 @@ def gumbel_perturbed_scores(
     """
     if n_samples < 1:
         raise ValueError(f"n_samples must be >= 1, got {n_samples!r}")
-    mask = _full_mask(scores, mask)
-    safe = torch.where(mask, scores, torch.zeros_like(scores))
+    mask, safe = _checked_scores(scores, mask)
     lowest = torch.where(mask, safe, torch.full_like(safe, float("inf"))).amin(dim=-1, keepdim=True)
     shifted = torch.where(mask, safe - torch.where(lowest.isfinite(), lowest, 0.0), 0.0)
     if log_scores:
@@ -123,9 +122,7 @@ def soft_sort(
         tensor([[[0., 1.],
                  [1., 0.]]])
     """
-    _check_temperature(temperature)
-    mask = _full_mask(scores, mask)
-    safe = torch.where(mask, scores, torch.zeros_like(scores))
+    mask, safe = _checked_scores(scores, mask, temperature)
     key = torch.where(mask, safe, torch.full_like(safe, float("-inf")))
     ordered = safe.gather(-1, key.argsort(dim=-1, descending=True, stable=True))
     logits = -(ordered.unsqueeze(-1) - safe.unsqueeze(-2)).abs() / temperature
