@@ -21,11 +21,14 @@ import math
 import re
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from differank.datamodules.reader import NUMBER, group_queries, read_letor_file
+from differank.losses.options import keyword_options
 from differank.rankers.metrics.letor import (
     CONVENTIONS,
     check_metric_options,
@@ -36,6 +39,17 @@ from differank.rankers.metrics.letor import (
 
 # Queries per letor_metrics call: bounds the padded [chunk, L] float64 work tensors.
 _CHUNK = 512
+
+
+@dataclass(frozen=True)
+class MetricOptions:
+    """The evaluator's options, written once (the functions below take them as keywords):
+    ``ks``, ``convention`` and ``short_list`` as in
+    :func:`~differank.rankers.metrics.letor.letor_metrics`; checked where they are used."""
+
+    ks: Sequence[int] = (1, 3, 5, 10)
+    convention: str = "letor"
+    short_list: str | None = None
 
 
 def read_labels_and_qids(feature_files: Sequence[str | Path]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -81,23 +95,13 @@ def read_scores(prediction_file: str | Path) -> list[float]:
     return scores
 
 
+@keyword_options(MetricOptions)
 def per_query_metrics(
-    feature_files: Sequence[str | Path],
-    prediction_file: str | Path,
-    *,
-    ks: Sequence[int] = (1, 3, 5, 10),
-    convention: str = "letor",
-    short_list: str | None = None,
+    feature_files: Sequence[str | Path], prediction_file: str | Path, **options: Any
 ) -> tuple[list[int], dict[str, torch.Tensor]]:
     """The qids of the evaluated queries in order of first appearance and each key's per-query
     float64 values [Q]."""
-    ks, short_list = check_metric_options(ks, convention, short_list)
-    return per_query_values(
-        *read_rows(feature_files, prediction_file),
-        ks=ks,
-        convention=convention,
-        short_list=short_list,
-    )
+    return per_query_values(*read_rows(feature_files, prediction_file), **options)
 
 
 def read_rows(
@@ -117,20 +121,17 @@ def read_rows(
     return torch.tensor(scores, dtype=torch.float64), labels, qids
 
 
+@keyword_options(MetricOptions)
 def per_query_values(
-    scores: torch.Tensor,
-    labels: torch.Tensor,
-    qids: torch.Tensor,
-    *,
-    ks: Sequence[int] = (1, 3, 5, 10),
-    convention: str = "letor",
-    short_list: str | None = None,
+    scores: torch.Tensor, labels: torch.Tensor, qids: torch.Tensor, **options: Any
 ) -> tuple[list[int], dict[str, torch.Tensor]]:
     """Per-query metrics of rows held in memory: ``scores``, ``labels`` [N], ``qids`` [N] int,
     grouped into queries by the reader's rule
     (:func:`differank.datamodules.reader.group_queries`). Under ``no_relevant_dropped`` the
     queries without a relevant document are left out (of the qids and of the values)."""
-    ks, short_list = check_metric_options(ks, convention, short_list)
+    options = MetricOptions(**options)
+    convention = options.convention
+    ks, short_list = check_metric_options(options.ks, convention, options.short_list)
     scores = torch.as_tensor(scores, dtype=torch.float64).reshape(-1)
     labels = torch.as_tensor(labels, dtype=torch.float64).reshape(-1)
     qids = torch.as_tensor(qids, dtype=torch.int64).reshape(-1)
@@ -190,34 +191,19 @@ def dataset_means(values: dict[str, torch.Tensor]) -> dict[str, float]:
     return means
 
 
+@keyword_options(MetricOptions)
 def evaluate_files(
-    feature_files: Sequence[str | Path],
-    prediction_file: str | Path,
-    ks: Sequence[int] = (1, 3, 5, 10),
-    convention: str = "letor",
-    short_list: str | None = None,
+    feature_files: Sequence[str | Path], prediction_file: str | Path, **options: Any
 ) -> dict[str, float]:
     """Dataset means of ``map, mean_ndcg, ndcg@k, p@k`` for a prediction file (Python floats)."""
-    _, values = per_query_metrics(
-        feature_files, prediction_file, ks=ks, convention=convention, short_list=short_list
-    )
-    return dataset_means(values)
+    return dataset_means(per_query_metrics(feature_files, prediction_file, **options)[1])
 
 
-def evaluate_arrays(
-    scores,
-    labels,
-    qids,
-    ks: Sequence[int] = (1, 3, 5, 10),
-    convention: str = "letor",
-    short_list: str | None = None,
-) -> dict[str, float]:
+@keyword_options(MetricOptions)
+def evaluate_arrays(scores, labels, qids, **options: Any) -> dict[str, float]:
     """:func:`evaluate_files` for rows already in memory (e.g. a DataModule's test split):
     the same grouping and the same floats, without reading any file."""
-    _, values = per_query_values(
-        scores, labels, qids, ks=ks, convention=convention, short_list=short_list
-    )
-    return dataset_means(values)
+    return dataset_means(per_query_values(scores, labels, qids, **options)[1])
 
 
 def convention_means(

@@ -23,6 +23,9 @@ scorer takes ``(features, mask)``. Without a mask every slot is a real document.
 
 from __future__ import annotations
 
+import inspect
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -182,31 +185,15 @@ class TransformerRanker(Ranker):
 
     uses_mask = True
 
-    def __init__(
-        self,
-        n_features: int,
-        d_model: int = 64,
-        num_layers: int = 2,
-        num_heads: int = 4,
-        dim_feedforward: int | None = None,
-        dropout: float = 0.1,
-        latent_cross: bool = False,
-        attention_dropout: float = 0.0,
-    ) -> None:
+    def __init__(self, n_features: int, **encoder_options: Any) -> None:
         super().__init__()
-        self.encoder = ListEncoder(
-            n_features,
-            d_model=d_model,
-            num_layers=num_layers,
-            num_heads=num_heads,
-            dim_feedforward=dim_feedforward,
-            dropout=dropout,
-            latent_cross=latent_cross,
-            attention_dropout=attention_dropout,
-        )
-        self.n_features = self.encoder.n_features
+        if "out_features" in encoder_options:
+            raise TypeError("TransformerRanker's head sets the encoder's width; no out_features")
+        self.encoder = ListEncoder(n_features, **encoder_options)
+        self.n_features, width = self.encoder.n_features, self.encoder.out_features
+        dropout = self.encoder.input_dropout.p
         self.head = nn.Sequential(
-            nn.Linear(d_model, d_model), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_model, 1)
+            nn.Linear(width, width), nn.ReLU(), nn.Dropout(dropout), nn.Linear(width, 1)
         )
 
     def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -217,3 +204,14 @@ class TransformerRanker(Ranker):
 
     def loss_target(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         return self(features, mask)
+
+
+# The constructor takes ListEncoder's options (but out_features): its signature says so, for
+# help(), inspect.signature and the config tests, without a second list of them.
+TransformerRanker.__init__.__signature__ = inspect.signature(ListEncoder.__init__).replace(
+    parameters=[
+        parameter
+        for name, parameter in inspect.signature(ListEncoder.__init__).parameters.items()
+        if name != "out_features"
+    ]
+)
