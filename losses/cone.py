@@ -21,6 +21,7 @@ import contextlib
 import math
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -213,19 +214,17 @@ def _cone_loss_and_support(
     mask: torch.Tensor,
     basis: torch.Tensor,
     options: ConeOptions,
-    *,
-    generator: torch.Generator | None,
-    reduction: str,
-    warm_support: torch.Tensor | None = None,
+    **call: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`cone_loss` and the supports of its pairs' fold-ins (a warm start's seed)."""
+    """:func:`cone_loss` and the supports of its pairs' fold-ins (a warm start's seed);
+    ``call``: the ``generator``, ``reduction`` and ``warm_support`` of :func:`_cone_terms`."""
     check_list_inputs(features, labels, mask, features=True)
     if basis.dim() != 2 or basis.shape[0] != features.shape[-1]:
         raise ValueError(
             f"basis must be [F, K] with F = {features.shape[-1]} (the features' last dimension), "
             f"got shape {tuple(basis.shape)}"
         )
-    check_reduction(reduction)
+    check_reduction(call["reduction"])
     n_features = features.shape[-1]
     _warn_wide_basis(n_features, basis.shape[1])
     # the input rule of differank.losses.inputs: empty lists, any label dtype, non-finite labels
@@ -242,10 +241,7 @@ def _cone_loss_and_support(
         features, basis = features.to(dtype), basis.to(dtype)
         labels = float_labels(labels, dtype)
         mask = finite_label_mask(labels, mask)
-        return _cone_terms(
-            features, labels, mask, basis, options, generator=generator, reduction=reduction,
-            warm_support=warm_support,
-        )  # fmt: skip
+        return _cone_terms(features, labels, mask, basis, options, **call)
 
 
 def _static_iterations(basis: torch.Tensor) -> int:
@@ -269,7 +265,7 @@ def _cone_terms(
     *,
     generator: torch.Generator | None,
     reduction: str,
-    warm_support: torch.Tensor | None,
+    warm_support: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The loss on checked inputs in their compute dtype (see :func:`cone_loss`)."""
     # mask first: padded rows and non-finite values become 0 so nothing non-finite reaches a

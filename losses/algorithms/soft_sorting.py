@@ -9,6 +9,8 @@ uses rows ``0..n-1`` and its real columns; every other entry is 0. Padded slots 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from differank.losses.inputs import may_read_values
@@ -118,9 +120,8 @@ def soft_sort(
         scores, mask: [B, L] -> [B, L, L]. Memory: a few [B, L, L].
 
     Example:
-        >>> soft_sort(torch.tensor([[0.0, 10.0]]), temperature=0.1).round()
-        tensor([[[0., 1.],
-                 [1., 0.]]])
+        >>> soft_sort(torch.tensor([[1.0, 3.0, 2.0]]), temperature=0.01).argmax(dim=-1)
+        tensor([[1, 2, 0]])
     """
     mask, safe = _checked_scores(scores, mask, temperature)
     key = torch.where(mask, safe, torch.full_like(safe, float("-inf")))
@@ -145,6 +146,39 @@ def soft_rank(
     matrix = soft_sort(scores, mask, temperature=temperature)
     positions = torch.arange(1, scores.shape[-1] + 1, device=scores.device, dtype=matrix.dtype)
     return (matrix * positions.unsqueeze(-1)).sum(dim=-2)
+
+
+class _Step(NamedTuple):
+    """What one Sinkhorn iteration saves for the backward pass (per query: [B, L] each)."""
+
+    row_scale: torch.Tensor
+    column_scale: torch.Tensor
+    column_mass: torch.Tensor
+    column_sums: torch.Tensor
+    new_columns: torch.Tensor
+    row_mass: torch.Tensor
+    row_sums: torch.Tensor
+    frozen: torch.Tensor  # [B, 1]: the query had converged before this iteration
+
+
+_STEP_SIZE = len(_Step._fields)
+
+
+def _normalisation_backward(
+    grad_new: torch.Tensor,
+    grad_scale: torch.Tensor,
+    scale: torch.Tensor,
+    sums: torch.Tensor,
+    mass: torch.Tensor,
+    real: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Through ``new = scale / max(sums, eps)`` with ``sums = scale ⊙ mass`` on the ``real``
+    entries: ``grad_scale`` plus the new scale's share, and the gradient of ``mass``."""
+    clamped = sums.clamp(min=SINKHORN_EPS)
+    grad_scale = grad_scale + grad_new / clamped
+    grad_sums = -grad_new * scale / clamped.square()
+    grad_sums = torch.where(real & (sums >= SINKHORN_EPS), grad_sums, 0.0)
+    return grad_scale + grad_sums * mass, grad_sums * scale
 
 
 class _SinkhornScalings(torch.autograd.Function):
@@ -175,7 +209,7 @@ class _SinkhornScalings(torch.autograd.Function):
             clamped = row_sums.clamp(min=SINKHORN_EPS)
             row_error = torch.where(rows, (row_sums / clamped - 1.0).abs(), 0.0)
             steps.append(
-                (
+                _Step(
                     row_scale,
                     column_scale,
                     column_mass,
@@ -183,8 +217,8 @@ class _SinkhornScalings(torch.autograd.Function):
                     new_columns,
                     row_mass,
                     row_sums,
-                    done.unsqueeze(-1),
-                )
+                    frozen=done.unsqueeze(-1),
+                )  # fmt: skip
             )
             frozen = done.unsqueeze(-1)
             row_scale = torch.where(frozen, row_scale, row_scale / clamped)
@@ -198,42 +232,32 @@ class _SinkhornScalings(torch.autograd.Function):
         matrix, rows, columns, *saved = ctx.saved_tensors
         left, right = [], []  # grad_matrix = Σ left_k right_kᵀ
         for t in reversed(range(ctx.iterations)):
-            (
-                row_scale,
-                column_scale,
-                column_mass,
-                column_sums,
-                new_columns,
-                row_mass,
-                row_sums,
-                frozen,
-            ) = saved[8 * t : 8 * t + 8]
+            step = _Step(*saved[_STEP_SIZE * t : _STEP_SIZE * (t + 1)])
             zero = torch.zeros_like(grad_rows)
-            grad_new_rows = torch.where(frozen, zero, grad_rows)
-            grad_new_columns = torch.where(frozen, zero, grad_columns)
-            grad_row_scale = torch.where(frozen, grad_rows, zero)
-            grad_column_scale = torch.where(frozen, grad_columns, zero)
+            grad_new_rows = torch.where(step.frozen, zero, grad_rows)
+            grad_new_columns = torch.where(step.frozen, zero, grad_columns)
+            grad_row_scale = torch.where(step.frozen, grad_rows, zero)
+            grad_column_scale = torch.where(step.frozen, grad_columns, zero)
             # r' = r / max(row_sums, eps), row_sums = r ⊙ v on real rows
-            clamped = row_sums.clamp(min=SINKHORN_EPS)
-            grad_row_scale = grad_row_scale + grad_new_rows / clamped
-            grad_sums = -grad_new_rows * row_scale / clamped.square()
-            grad_sums = torch.where(rows & (row_sums >= SINKHORN_EPS), grad_sums, 0.0)
-            grad_row_scale = grad_row_scale + grad_sums * row_mass
-            grad_row_mass = grad_sums * row_scale
+            grad_row_scale, grad_row_mass = _normalisation_backward(
+                grad_new_rows, grad_row_scale, step.row_scale, step.row_sums, step.row_mass, rows
+            )
             # v = M c'
             grad_new_columns = grad_new_columns + (grad_row_mass.unsqueeze(-2) @ matrix).squeeze(-2)
             left.append(grad_row_mass)
-            right.append(new_columns)
+            right.append(step.new_columns)
             # c' = c / max(column_sums, eps), column_sums = c ⊙ u on real columns
-            clamped = column_sums.clamp(min=SINKHORN_EPS)
-            grad_column_scale = grad_column_scale + grad_new_columns / clamped
-            grad_sums = -grad_new_columns * column_scale / clamped.square()
-            grad_sums = torch.where(columns & (column_sums >= SINKHORN_EPS), grad_sums, 0.0)
-            grad_column_scale = grad_column_scale + grad_sums * column_mass
-            grad_column_mass = grad_sums * column_scale
+            grad_column_scale, grad_column_mass = _normalisation_backward(
+                grad_new_columns,
+                grad_column_scale,
+                step.column_scale,
+                step.column_sums,
+                step.column_mass,
+                columns,
+            )
             # u = rᵀ M
             grad_row_scale = grad_row_scale + (matrix @ grad_column_mass.unsqueeze(-1)).squeeze(-1)
-            left.append(row_scale)
+            left.append(step.row_scale)
             right.append(grad_column_mass)
             grad_rows, grad_columns = grad_row_scale, grad_column_scale
         if not left:
