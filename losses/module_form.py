@@ -35,8 +35,12 @@ class LossModule(nn.Module):
 
     function: ClassVar[Callable[..., torch.Tensor]]
 
-    def __init_subclass__(cls, *, function: Callable[..., torch.Tensor], **kwargs: Any) -> None:
+    def __init_subclass__(
+        cls, *, function: Callable[..., torch.Tensor] | None = None, **kwargs: Any
+    ) -> None:
         super().__init_subclass__(**kwargs)
+        if function is None:  # a subclass of a loss module keeps its parent's function
+            return
         cls.function = staticmethod(function)
         keywords = [
             parameter
