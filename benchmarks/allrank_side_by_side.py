@@ -243,7 +243,7 @@ def timings(allrank, lengths) -> list[tuple[str, int, float, float | None, float
     return rows
 
 
-def table(agreement_rows, timing_rows, command: str, meta: str) -> str:
+def table(agreement_rows, timing_rows, command: str) -> str:
     lines = [
         "# differank vs allRank 1.4.3: agreement and speed",
         "",
@@ -272,7 +272,6 @@ def table(agreement_rows, timing_rows, command: str, meta: str) -> str:
         )
     lines += ["", "## Deliberate differences", ""]
     lines += [f"{n}. {text}" for n, text in enumerate(DIFFERENCES, start=1)]
-    lines += ["", meta, ""]
     return "\n".join(lines)
 
 
@@ -293,15 +292,7 @@ def main(argv=None) -> int:
     agreement_rows = agreement(allrank)
     timing_rows = [] if args.no_timing else timings(allrank, args.lengths)
     command = "python benchmarks/allrank_side_by_side.py " + " ".join(argv or sys.argv[1:])
-    text = table(
-        agreement_rows,
-        timing_rows,
-        command.strip(),
-        measure.metadata_line(measure.run_metadata("cpu")),
-    )
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    measure.publish(table(agreement_rows, timing_rows, command.strip()), args.out, "cpu")
     return 0
 
 

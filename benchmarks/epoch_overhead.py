@@ -266,10 +266,7 @@ def main(argv: list[str] | None = None) -> None:
         "time (wall time); the thread overlaps the gather with the step, which saves wall time "
         "only (the CPU time of both threads is counted).",
     ]
-    text = "\n".join(lines) + "\n\n" + measure.metadata_line(measure.run_metadata("cpu"))
-    print(text, flush=True)
-    if args.out:
-        args.out.write_text(text)
+    measure.publish("\n".join(lines), args.out, "cpu")
 
 
 if __name__ == "__main__":

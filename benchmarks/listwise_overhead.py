@@ -97,10 +97,7 @@ def main() -> None:
         line = f"| {length} | {ours:.3f} | {theirs:.3f} | {ours / theirs:.2f}x |"
         print(line, flush=True)
         lines.append(line)
-    footer = measure.metadata_line(measure.run_metadata())
-    print("\n" + footer, end="")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines) + "\n\n" + footer)
+    measure.publish("\n".join(lines), args.out)
 
 
 if __name__ == "__main__":

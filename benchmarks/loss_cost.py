@@ -86,10 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     ]
     for row, seconds in best.items():
         lines.append(f"| {row} | {seconds * 1e3:.2f} | {seconds / reference:.1f} |")
-    text = "\n".join(lines) + "\n\n" + measure.metadata_line(measure.run_metadata("cpu"))
-    print(text, flush=True)
-    if args.out:
-        args.out.write_text(text)
+    measure.publish("\n".join(lines), args.out, "cpu")
 
 
 if __name__ == "__main__":

@@ -224,3 +224,14 @@ def metadata_line(meta: dict) -> str:
         f"thread(s), OMP_NUM_THREADS={meta['omp_num_threads']}, {meta['device']}, Python "
         f"{meta['python']}, {meta['date']}.\n"
     )
+
+
+def publish(text: str, out: Path | None, *devices) -> str:
+    """``text`` with the provenance line of ``devices`` appended (a blank line between), printed
+    and, when ``out`` is given, written there (folders created); returns the published text."""
+    text = text.rstrip("\n") + "\n\n" + metadata_line(run_metadata(*devices))
+    print(text, flush=True)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+    return text

@@ -541,12 +541,7 @@ def main(argv: list[str] | None = None) -> None:
             parts.append(throughput_table(rows, name))
         if not args.no_epoch:
             parts.append(epoch_table(epoch_rows(variants, device, args.tiny), name))
-    parts.append(measure.metadata_line(measure.run_metadata(*devices)))
-    text = "\n".join(parts)
-    print(text, flush=True)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+    measure.publish("\n".join(parts), args.out, *devices)
     target = args.plot or (args.out.with_suffix(".png") if args.out else None)
     if target and rows_by_device:
         plot(rows_by_device, target)

@@ -203,10 +203,7 @@ def main(argv: list[str] | None = None) -> None:
             f"({epoch['docs'] / epoch['epoch wall']:,.0f} docs/s; CPU time {epoch['epoch']:.2f} "
             f"s, {epoch['docs'] / epoch['epoch']:,.0f} docs/s).\n"
         )
-    text += "\n" + measure.metadata_line(measure.run_metadata(args.device))
-    print(text, flush=True)
-    if args.out:
-        args.out.write_text(text)
+    measure.publish(text, args.out, args.device)
 
 
 if __name__ == "__main__":

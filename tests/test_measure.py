@@ -78,3 +78,11 @@ def test_rss_peak_sees_a_large_allocation():
     assert measure.peak_bytes(allocate, "cpu") >= 0.9 * size
     assert abs(measure.rss_peak_bytes(lambda: None)) < 0.1 * size
     assert measure.max_rss_bytes() >= size
+
+
+def test_publish_appends_the_provenance_prints_and_writes(tmp_path, capsys):
+    out = tmp_path / "new" / "table.md"
+    text = measure.publish("| a |\n|---|\n", out, "cpu")
+    assert text.startswith("| a |\n|---|\n\nRun: commit ") and text.endswith(".\n")
+    assert out.read_text() == text and capsys.readouterr().out == text + "\n"
+    assert measure.publish("x", None).startswith("x\n\nRun: ")  # no file: printed only
