@@ -86,7 +86,27 @@ def _val_map(datamodule, scores: np.ndarray) -> float:
         return score_file(datamodule, "val", scores, Path(tmp) / "val.txt")["map"]
 
 
-def fit_lightgbm(datamodule, tiny: bool) -> tuple[Callable, dict, float]:
+# The settings each peer chooses from on validation MAP when no others are given (reproduce.py);
+# benchmarks/protocol.py passes its own, one Optuna trial at a time (PEER_SPACES there).
+DEFAULT_CANDIDATES = {
+    "lightgbm": [{"learning_rate": 0.05, "num_leaves": leaves} for leaves in (7, 15, 31)],
+    "xgboost": [{"eta": 0.05, "max_depth": depth} for depth in (3, 6)],
+    "ranksvm": [{"C": c} for c in (1e-3, 1e-2, 1e-1, 1.0)],
+}
+TINY_CANDIDATES = {
+    "lightgbm": [{"learning_rate": 0.05, "num_leaves": 7}],
+    "xgboost": [{"eta": 0.05, "max_depth": 3}],
+    "ranksvm": [{"C": 0.01}],
+}
+
+
+def _best(chosen, candidate) -> tuple[Callable, dict, float]:
+    return candidate if chosen is None or candidate[2] > chosen[2] else chosen
+
+
+def fit_lightgbm(
+    datamodule, tiny: bool, candidates: list[dict], seed: int = 0
+) -> tuple[Callable, dict, float]:
     import lightgbm as lgb
 
     train, val = datamodule.split_data("train"), datamodule.split_data("val")
@@ -95,20 +115,19 @@ def fit_lightgbm(datamodule, tiny: bool) -> tuple[Callable, dict, float]:
     val_map = GroupedMap(vy, vgroups)
     rounds, best = (20, 5) if tiny else (1000, 50)
     chosen = None
-    for leaves in [7] if tiny else [7, 15, 31]:
+    for candidate in candidates:
         params = {
             "objective": "lambdarank",
             "metric": "None",
-            "learning_rate": 0.05,
-            "num_leaves": leaves,
             "min_data_in_leaf": 20,
             "feature_fraction": 0.9,
             "bagging_fraction": 0.9,
             "bagging_freq": 1,
             "num_threads": 1,
             "verbose": -1,
-            "seed": 0,
+            "seed": seed,
             "deterministic": True,
+            **candidate,
         }
         data = lgb.Dataset(x, y, group=groups)
         valid = lgb.Dataset(vx, vy, group=vgroups, reference=data)
@@ -122,13 +141,14 @@ def fit_lightgbm(datamodule, tiny: bool) -> tuple[Callable, dict, float]:
         )
         predict = lambda f, b=booster: b.predict(f, num_iteration=b.best_iteration)  # noqa: E731
         score = _val_map(datamodule, predict(val.features))
-        settings = {"num_leaves": leaves, "rounds": booster.best_iteration}
-        if chosen is None or score > chosen[2]:
-            chosen = (predict, settings, score)
+        settings = {**candidate, "rounds": booster.best_iteration}
+        chosen = _best(chosen, (predict, settings, score))
     return chosen
 
 
-def fit_xgboost(datamodule, tiny: bool) -> tuple[Callable, dict, float]:
+def fit_xgboost(
+    datamodule, tiny: bool, candidates: list[dict], seed: int = 0
+) -> tuple[Callable, dict, float]:
     import xgboost as xgb
 
     train, val = datamodule.split_data("train"), datamodule.split_data("val")
@@ -139,18 +159,17 @@ def fit_xgboost(datamodule, tiny: bool) -> tuple[Callable, dict, float]:
     val_map = GroupedMap(vy, vgroups)
     rounds, best = (20, 5) if tiny else (1000, 50)
     chosen = None
-    for depth in [3] if tiny else [3, 6]:
+    for candidate in candidates:
         params = {
             "objective": "rank:ndcg",
             "disable_default_eval_metric": 1,
-            "eta": 0.05,
-            "max_depth": depth,
             "min_child_weight": 1,
             "subsample": 0.9,
             "colsample_bytree": 0.9,
             "tree_method": "hist",
             "nthread": 1,
-            "seed": 0,
+            "seed": seed,
+            **candidate,
         }
         booster = xgb.train(
             params,
@@ -165,9 +184,8 @@ def fit_xgboost(datamodule, tiny: bool) -> tuple[Callable, dict, float]:
         limit = (0, booster.best_iteration + 1)
         predict = lambda f, b=booster, r=limit: b.predict(xgb.DMatrix(f), iteration_range=r)  # noqa: E731
         score = _val_map(datamodule, predict(val.features))
-        settings = {"max_depth": depth, "rounds": booster.best_iteration + 1}
-        if chosen is None or score > chosen[2]:
-            chosen = (predict, settings, score)
+        settings = {**candidate, "rounds": booster.best_iteration + 1}
+        chosen = _best(chosen, (predict, settings, score))
     return chosen
 
 
@@ -189,28 +207,29 @@ def pair_differences(split, max_pairs: int, seed: int = 0) -> tuple[np.ndarray, 
     return diffs * signs[:, None], signs
 
 
-def fit_ranksvm(datamodule, tiny: bool) -> tuple[Callable, dict, float]:
+def fit_ranksvm(
+    datamodule, tiny: bool, candidates: list[dict], seed: int = 0
+) -> tuple[Callable, dict, float]:
     from sklearn.svm import LinearSVC
 
     train, val = datamodule.split_data("train"), datamodule.split_data("val")
-    diffs, signs = pair_differences(train, MAX_PAIRS_PER_QUERY)
+    diffs, signs = pair_differences(train, MAX_PAIRS_PER_QUERY, seed)
     chosen = None
-    for c in [0.01] if tiny else [1e-3, 1e-2, 1e-1, 1.0]:
+    for candidate in candidates:
         svm = LinearSVC(
-            C=c,
             loss="squared_hinge",
             fit_intercept=False,
             dual=False,
             max_iter=5000,
-            random_state=0,
+            random_state=seed,
+            **candidate,
         )
         svm.fit(diffs, signs)
         weights = svm.coef_.ravel()
         predict = lambda f, w=weights: np.asarray(f, dtype=np.float64) @ w  # noqa: E731
         score = _val_map(datamodule, predict(val.features))
-        settings = {"C": c, "pairs": len(diffs)}
-        if chosen is None or score > chosen[2]:
-            chosen = (predict, settings, score)
+        settings = {**candidate, "pairs": len(diffs)}
+        chosen = _best(chosen, (predict, settings, score))
     return chosen
 
 
@@ -228,13 +247,23 @@ def available(peer: str) -> bool:
     return True
 
 
-def run_peer(peer: str, datamodule, run_dir: Path, tiny: bool = False) -> dict:
-    """Fit ``peer`` on the datamodule's fold, choose on validation, write and score test.
+def run_peer(
+    peer: str,
+    datamodule,
+    run_dir: Path,
+    tiny: bool = False,
+    candidates: list[dict] | None = None,
+    seed: int = 0,
+) -> dict:
+    """Fit ``peer`` on the datamodule's fold, choose among ``candidates`` (settings; default
+    :data:`DEFAULT_CANDIDATES`) on validation, write and score test.
 
     Returns the row ``{fold, <metrics>, val_map, seconds, settings}`` like ``reproduce.py``'s.
     """
     start = time.perf_counter()
-    predict, settings, val_map = FITTERS[peer](datamodule, tiny)
+    if candidates is None:
+        candidates = (TINY_CANDIDATES if tiny else DEFAULT_CANDIDATES)[peer]
+    predict, settings, val_map = FITTERS[peer](datamodule, tiny, candidates, seed)
     test = datamodule.split_data("test")
     predictions = run_dir / "predictions" / "test.txt"
     metrics = score_file(datamodule, "test", predict(test.features), predictions)

@@ -107,12 +107,12 @@ class EnsembleRanker(Ranker):
             scores = member(features, mask) if uses_mask else member(features)
             scores = torch.where(mask, scores, 0.0)  # padding may score NaN: never averaged
             if self.standardize:
-                scores = _standardize(scores, mask)
+                scores = standardize_per_query(scores, mask)
             total = total + weight * scores
         return torch.where(mask, total, 0.0)
 
 
-def _standardize(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def standardize_per_query(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Per query, ``(s - mean) / std`` over the real documents (std 0 -> centred only)."""
     count = mask.sum(dim=-1, keepdim=True).clamp(min=1)
     mean = scores.sum(dim=-1, keepdim=True) / count
