@@ -92,9 +92,16 @@ def commit(
 
 
 def write_meta(folder: Path, meta: dict) -> None:
-    tmp = folder / "meta.json.tmp"
-    tmp.write_text(json.dumps(meta, indent=1))
-    os.replace(tmp, folder / "meta.json")
+    """Replace ``folder/meta.json`` atomically. Each writer has its own temporary file: two
+    processes refreshing one entry at once (DDP ranks, parallel runs) each replace it whole."""
+    handle, tmp = tempfile.mkstemp(dir=folder, prefix=".meta-", suffix=".json")
+    try:
+        with os.fdopen(handle, "w") as file:
+            file.write(json.dumps(meta, indent=1))
+        os.replace(tmp, folder / "meta.json")
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def load(entry: Path, shapes: Callable[[dict], dict]) -> tuple[dict, dict] | None:

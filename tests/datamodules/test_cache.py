@@ -64,3 +64,26 @@ def test_free_disk_bytes_is_measured_on_the_nearest_existing_folder(tmp_path):
     inside = cache.free_disk_bytes(tmp_path / "not" / "yet" / "made")
     assert abs(inside - cache.free_disk_bytes(tmp_path)) < 2**30  # the same disk, give or take
     assert not (tmp_path / "not").exists()  # measuring creates nothing
+
+
+def test_concurrent_metadata_refreshes_of_one_entry_never_collide(tmp_path):
+    import threading
+
+    write(tmp_path, 1.0)
+    entry, errors = tmp_path / "e", []
+
+    def refresh(stamp):
+        try:
+            for _ in range(200):
+                cache.write_meta(entry, {"rows": 3, "value": 1.0, "stamp": stamp})
+        except OSError as error:  # a shared temporary name made one writer lose its file
+            errors.append(error)
+
+    threads = [threading.Thread(target=refresh, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert sorted(p.name for p in entry.iterdir()) == ["meta.json", "x.npy"]  # no leftovers
+    assert cache.load(entry, shapes)[1]["stamp"] in range(4)
