@@ -32,7 +32,7 @@ dataset is trained there with the same seeds, so its rows test whether the choic
 A dataset is a ``conf/data`` name (``mq2008``, ``lightgbm_rank``) or ``NAME=DIR`` for any LETOR
 folder (``data=letor data.root=DIR``). Runs are cached under ``--runs``
 (``<dataset>/<row>/<trial|seed>/fold<k>/result.json``): rerunning the command redoes only the
-missing runs. Profiles (:data:`PROFILES`): ``full`` (the published table) and ``smoke`` (tiny
+missing or failed runs (the seeded sampler proposes the same trials again). Profiles (:data:`PROFILES`): ``full`` (the published table) and ``smoke`` (tiny
 synthetic data, two rows and a peer, for the tests).
 """
 
@@ -283,8 +283,8 @@ def run_job(job: Job) -> dict:
         traceback.print_exc()
         row = {"error": " ".join(f"{type(error).__name__}: {error}".split())}
     row.update(seconds=time.perf_counter() - start, cpu_seconds=time.process_time() - cpu)
-    job.run_dir.mkdir(parents=True, exist_ok=True)
-    record.write_text(json.dumps(row) + "\n")
+    if "error" not in row:  # a failure is tried again by the next invocation
+        record.write_text(json.dumps(row) + "\n")
     return row
 
 
