@@ -32,8 +32,9 @@ dataset is trained there with the same seeds, so its rows test whether the choic
 A dataset is a ``conf/data`` name (``mq2008``, ``lightgbm_rank``) or ``NAME=DIR`` for any LETOR
 folder (``data=letor data.root=DIR``). Runs are cached under ``--runs``
 (``<dataset>/<row>/<trial|seed>/fold<k>/result.json``): rerunning the command redoes only the
-missing or failed runs (the seeded sampler proposes the same trials again). Profiles (:data:`PROFILES`): ``full`` (the published table) and ``smoke`` (tiny
-synthetic data, two rows and a peer, for the tests).
+missing or failed runs (the seeded sampler proposes the same trials again). Profiles
+(:data:`PROFILES`): ``full`` (the published table) and ``smoke`` (tiny synthetic data, two rows
+and a peer, for the tests).
 """
 
 from __future__ import annotations
