@@ -1,0 +1,92 @@
+"""``benchmarks/protocol.py`` end to end on its smoke profile (tiny synthetic data): the search
+starts from the defaults and keeps the best validation trial, every row gets its seeds and its
+paired interval against LightGBM, the ensemble is chosen on validation, and a second invocation
+reuses every cached run."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import protocol  # benchmarks/ is on the path (tests/conftest.py)
+import pytest
+
+pytest.importorskip("lightgbm")
+pytest.importorskip("optuna")
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("protocol")
+    out = folder / "table.md"
+    protocol.main(["--profile", "smoke", "--runs", str(folder / "runs"), "--out", str(out)])
+    return folder, out.read_text(), json.loads(out.with_suffix(".json").read_text())
+
+
+def test_every_search_starts_from_the_defaults_and_keeps_the_best_validation_trial(smoke):
+    _, _, record = smoke
+    budget = protocol.PROFILES["smoke"].trials
+    for name, row in record["rows"].items():
+        trials = row["trials"]
+        assert len(trials) == budget["peer" if name.startswith("peer_") else "linear"]
+        assert trials[0]["setting"] == row["default"]
+        best = max(range(len(trials)), key=lambda i: trials[i]["val_map"])
+        assert row["chosen_trial"] == best and row["chosen"] == trials[best]["setting"]
+    assert record["rows"]["ranknet/linear"]["default"] == {
+        "model.optimizer.lr": 0.01,
+        "model.optimizer.weight_decay": 0.0,
+    }
+
+
+def test_each_row_has_its_seeds_and_a_paired_interval_against_lightgbm(smoke):
+    _, table, record = smoke
+    rows = record["synthetic"]["rows"]
+    seeds = protocol.PROFILES["smoke"].seeds
+    for name in ("ranknet/linear", "listnet/linear"):
+        assert rows[name]["runs"] == seeds  # one fold
+        paired = rows[name]["paired"]
+        assert paired["low"] <= paired["mean"] <= paired["high"] and paired["queries"] == 20
+        assert f"| {name} |" in table
+    assert rows["peer_lightgbm"]["paired"] is None  # the reference itself
+    ensemble = next(name for name in rows if name.startswith("ensemble"))
+    assert rows[ensemble]["paired"] is not None
+    assert "Validation-chosen differank row: **" in table
+    assert "## What was searched (synthetic validation)" in table
+
+
+def test_a_second_invocation_reuses_every_cached_run(smoke, capsys):
+    folder, table, _ = smoke
+    records = sorted((folder / "runs").rglob("result.json"))
+    stamps = [path.stat().st_mtime_ns for path in records]
+    again = folder / "again.md"
+    protocol.main(["--profile", "smoke", "--runs", str(folder / "runs"), "--out", str(again)])
+    assert [path.stat().st_mtime_ns for path in sorted(records)] == stamps
+    assert sorted((folder / "runs").rglob("result.json")) == records
+    first, second = (text.split("## What was searched")[0] for text in (table, again.read_text()))
+    assert first.split("\n", 1)[1] == second.split("\n", 1)[1]  # the same table
+
+
+def _member(folder, name, scores):
+    predictions = folder / name / "predictions"
+    predictions.mkdir(parents=True)
+    for split in ("val", "test"):
+        (predictions / f"{split}.txt").write_text("".join(f"{s}\n" for s in scores))
+    return [{"fold": 1, "run_dir": str(folder / name)}]
+
+
+def test_the_greedy_ensemble_adds_a_member_only_while_validation_map_rises(tmp_path):
+    """Two members each put the relevant document first in one query and second in the other:
+    their per-query standardised sum ranks both right; a copy of one adds nothing."""
+    labels = np.array([1.0, 0.0, 0.0, 1.0, 0.0, 0.0])
+    qids = np.array([1, 1, 1, 2, 2, 2])
+    split = protocol.Split.of(SimpleNamespace(labels=labels, qids=qids))
+    first = _member(tmp_path, "first", [3.0, 0.0, 1.0, 0.9, 1.0, 0.0])
+    second = _member(tmp_path, "second", [0.9, 1.0, 0.0, 3.0, 0.0, 1.0])
+    alone = protocol.select_ensemble({"first": first}, {1: split}, {1: split})
+    assert alone[:2] == ({"first": 1}, 0.75)
+    counts, val_map, test_runs = protocol.select_ensemble(
+        {"first": first, "second": second}, {1: split}, {1: split}
+    )
+    assert counts == {"first": 1, "second": 1} and val_map == 1.0
+    assert test_runs[0]["map"] == 1.0 and test_runs[0]["test_ap"] == [1.0, 1.0]
