@@ -45,6 +45,7 @@ import os
 import statistics
 import time
 import traceback
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import get_context
@@ -55,6 +56,8 @@ import numpy as np
 import torch
 import yaml
 from reproduce import TINY_OVERRIDES, train_script
+
+from differank.rankers.metrics.significance import PairedInterval, paired_bootstrap
 
 ROOT = Path(__file__).resolve().parents[1]
 SEARCHES = ROOT / "conf" / "hparams_search"
@@ -119,7 +122,7 @@ PROFILES = {
         seeds=2,
         folds=(1,),  # the synthetic data has one fold
         rows=(Row("ranknet"), Row("listnet"), Row("lightgbm", peer="lightgbm")),
-        extra=tuple(TINY_OVERRIDES),
+        extra=(*TINY_OVERRIDES, "data.seed=0"),  # one synthetic data set for every seed
     ),
 }
 
@@ -241,14 +244,13 @@ def _data_module(overrides: list[str], run_dir: Path):
 
 
 def run_job(job: Job) -> dict:
-    """Train (or fit the peer), score validation and test; the row with per-query test AP.
-    Cached: a run whose ``result.json`` exists is read, not redone."""
+    """Train (or fit the peer), score validation and test; the row (test metrics, validation
+    MAP, where its prediction files are). Cached: a run whose ``result.json`` exists is read,
+    not redone."""
     record = job.run_dir / "result.json"
     if record.is_file():
         return json.loads(record.read_text())
     torch.set_num_threads(1)
-    from differank.rankers.metrics.evaluate import per_query_metrics
-
     overrides = [*job.overrides, f"seed={job.seed}", f"++data.fold={job.fold}", "quiet=true"]
     start, cpu = time.perf_counter(), time.process_time()
     try:
@@ -275,10 +277,6 @@ def run_job(job: Job) -> dict:
             }
             row.pop("conventions", None)
             write_val_scores(job.run_dir)
-        queries, values = per_query_metrics(
-            datamodule.split_files("test"), job.run_dir / "predictions" / "test.txt"
-        )
-        row.update(test_queries=queries, test_ap=values["map"].tolist())
         row.update(fold=job.fold, seed=job.seed, run_dir=str(job.run_dir))
     except Exception as error:  # one failing run (e.g. an invalid option pair) is a failed trial
         traceback.print_exc()
@@ -445,25 +443,30 @@ class Protocol:
 # ---- what the runs say: rows, paired intervals, the ensemble -----------------------------------
 
 
-def per_query_ap(runs: list[dict]) -> dict[tuple[int, int], float]:
-    """Test AP of each (fold, qid), the mean over the row's seeds."""
+PAIRED_KEYS = {"map": "AP", "ndcg@10": "NDCG@10"}  # per-query metrics the intervals compare
+
+
+def per_query(runs: list[dict], test: dict[int, Split], key: str) -> dict[tuple[int, int], float]:
+    """``key`` of each test (fold, qid) from the runs' prediction files, the mean over seeds."""
+    from differank.rankers.metrics.evaluate import per_query_values
+
     values: dict[tuple[int, int], list[float]] = {}
     for run in runs:
-        for qid, ap in zip(run["test_queries"], run["test_ap"], strict=True):
-            values.setdefault((run["fold"], qid), []).append(ap)
-    return {key: statistics.fmean(aps) for key, aps in values.items()}
+        split = test[run["fold"]]
+        qids, metrics = per_query_values(_scores(run, "test"), split.labels, split.qids)
+        for qid, value in zip(qids, metrics[key].tolist(), strict=True):
+            values.setdefault((run["fold"], qid), []).append(value)
+    return {pair: statistics.fmean(seeds) for pair, seeds in values.items()}
 
 
-def paired_against(runs: list[dict], reference: list[dict]):
-    """The row's paired bootstrap interval of per-query AP against the reference row's."""
-    from differank.rankers.metrics.significance import paired_bootstrap
-
-    ours, theirs = per_query_ap(runs), per_query_ap(reference)
+def paired_against(runs: list[dict], reference: list[dict], test: dict[int, Split], key: str):
+    """The row's paired bootstrap interval of per-query ``key`` against the reference row's."""
+    ours, theirs = per_query(runs, test, key), per_query(reference, test, key)
     if set(ours) != set(theirs):
         raise ValueError("the two rows were tested on different queries")
-    keys = sorted(ours)
+    pairs = sorted(ours)
     return paired_bootstrap(
-        torch.tensor([ours[k] for k in keys]), torch.tensor([theirs[k] for k in keys])
+        torch.tensor([ours[p] for p in pairs]), torch.tensor([theirs[p] for p in pairs])
     )
 
 
@@ -500,6 +503,9 @@ class Split:
 
 
 def _scores(run: dict, split: str) -> np.ndarray:
+    """A run's scores of ``split``, one per source row (the ensemble's are held in memory)."""
+    if f"{split}_scores" in run:
+        return run[f"{split}_scores"]
     return np.loadtxt(Path(run["run_dir"]) / "predictions" / f"{split}.txt", ndmin=1)
 
 
@@ -508,8 +514,8 @@ def select_ensemble(members: dict[str, list[dict]], val: dict[int, Split], test:
 
     ``members``: name -> its runs (one per fold). Returns ``(counts, val_map, test_runs)``:
     how often each member was picked, the ensemble's validation MAP and its per-fold test rows
-    (metrics and per-query AP, like a run's)."""
-    from differank.rankers.metrics.evaluate import evaluate_arrays, per_query_values
+    (metrics and scores, like a run's)."""
+    from differank.rankers.metrics.evaluate import evaluate_arrays
     from differank.rankers.metrics.letor import letor_metrics
 
     folds = sorted(val)
@@ -546,16 +552,7 @@ def select_ensemble(members: dict[str, list[dict]], val: dict[int, Split], test:
         )
         scores = test[f].flat(total)
         metrics = evaluate_arrays(scores, test[f].labels, test[f].qids)
-        queries, values = per_query_values(scores, test[f].labels, test[f].qids)
-        test_runs.append(
-            {
-                **metrics,
-                "fold": f,
-                "test_queries": queries,
-                "test_ap": values["map"].tolist(),
-                "val_map": best,
-            }
-        )
+        test_runs.append({**metrics, "fold": f, "test_scores": scores, "val_map": best})
     return counts, best, test_runs
 
 
@@ -575,13 +572,17 @@ def _setting(result: RowResult) -> str:
     )
 
 
-def dataset_table(name: str, results: list[RowResult], ensemble) -> tuple[str, dict]:
+def dataset_table(
+    name: str, results: list[RowResult], ensemble, test: dict[int, Split]
+) -> tuple[str, dict]:
     """The dataset's table (markdown) and its record (JSON)."""
     reference = next((r for r in results if r.row.peer == REFERENCE_PEER), None)
+    paired_headers = [f"Δ {label} vs {REFERENCE_PEER} [95% CI]" for label in PAIRED_KEYS.values()]
     lines = [
         "| row | chosen setting | val MAP | test MAP | MeanNDCG | NDCG@10 | "
-        f"Δ AP vs {REFERENCE_PEER} [95% CI] | vs {REFERENCE_PEER} | s / run |",
-        "|---|---|---:|---:|---:|---:|---:|---|---:|",
+        + " | ".join(paired_headers)
+        + " | s / run |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     record: dict[str, dict] = {}
     entries = [(r.row.name, _setting(r), r.seeds.get(name, [])) for r in results]
@@ -590,26 +591,26 @@ def dataset_table(name: str, results: list[RowResult], ensemble) -> tuple[str, d
     size = f"{len(counts)} member" + ("s" if len(counts) > 1 else "")
     entries.append((f"ensemble ({size})", members, ensemble_runs))
     chosen_name, chosen_val = None, float("-inf")
-    intervals = {}
     for row_name, setting, runs in entries:
         failed = [run for run in runs if "error" in run]
         if not runs or failed:
             error = failed[0]["error"][:100] if failed else "not run"
-            lines.append(f"| {row_name} | {setting} | failed: {error} |||||||")
+            lines.append(f"| {row_name} | {setting} | failed: {error} ||||||||")
             continue
         cells = {key: mean_std(runs, key) for key in ("val_map", "map", "mean_ndcg", "ndcg@10")}
+        paired = {}
         if reference is not None and reference.seeds.get(name) and row_name != reference.row.name:
-            interval = paired_against(runs, reference.seeds[name])
-            delta = f"{interval.mean:+.4f} [{interval.low:+.4f}, {interval.high:+.4f}]"
-            verdict = interval.verdict
-            intervals[row_name] = interval
-        else:
-            interval, delta, verdict = None, "-", "-"
+            paired = {
+                key: paired_against(runs, reference.seeds[name], test, key) for key in PAIRED_KEYS
+            }
+        deltas = [_interval(paired[key]) if paired else "-" for key in PAIRED_KEYS]
         seconds = statistics.fmean(run["seconds"] for run in runs) if "seconds" in runs[0] else 0
         lines.append(
             f"| {row_name} | {setting} | {cells['val_map'][0]:.4f} | "
             + " | ".join(f"{m:.4f} ± {s:.4f}" for m, s in list(cells.values())[1:])
-            + f" | {delta} | {verdict} | {seconds:.1f} |"
+            + " | "
+            + " | ".join(deltas)
+            + f" | {seconds:.1f} |"
         )
         if not row_name.startswith("peer_") and cells["val_map"][0] > chosen_val:
             chosen_name, chosen_val = row_name, cells["val_map"][0]
@@ -617,19 +618,47 @@ def dataset_table(name: str, results: list[RowResult], ensemble) -> tuple[str, d
             "setting": setting,
             **{f"{k}_mean": m for k, (m, _) in cells.items()},
             **{f"{k}_std": s for k, (_, s) in cells.items()},
-            "paired": None if interval is None else vars(interval),
+            "paired": {
+                key: {**vars(interval), "verdict": interval.verdict}
+                for key, interval in paired.items()
+            }
+            or None,
             "runs": len(runs),
         }
-    note = f"Validation-chosen differank row: **{chosen_name}** (val MAP {chosen_val:.4f}"
-    if chosen_name in record:
-        note += f", test MAP {record[chosen_name]['map_mean']:.4f}"
-    if chosen_name in intervals:
-        i = intervals[chosen_name]
+    chosen = record[chosen_name]
+    note = (
+        f"Validation-chosen differank row: **{chosen_name}** (val MAP {chosen_val:.4f}, "
+        f"test MAP {chosen['map_mean']:.4f})"
+    )
+    if chosen["paired"]:
+        interval = chosen["paired"]["map"]
         note += (
-            f"; Δ AP vs {REFERENCE_PEER} {i.mean:+.4f} [{i.low:+.4f}, {i.high:+.4f}] over "
-            f"{i.queries} queries: {i.verdict}"
+            f"; per-query AP minus {REFERENCE_PEER}'s over {interval['queries']} queries: "
+            f"{interval['mean']:+.4f} [{interval['low']:+.4f}, {interval['high']:+.4f}], "
+            f"{interval['verdict']}"
         )
-    return "\n".join(lines) + "\n\n" + note + ").\n", {"rows": record, "chosen": chosen_name}
+    counts = {
+        key: Counter(r["paired"][key]["verdict"] for r in record.values() if r["paired"])
+        for key in PAIRED_KEYS
+    }
+    note += f". Against {REFERENCE_PEER} (a row is better or worse only when its interval " + (
+        "excludes 0): "
+        + "; ".join(
+            f"{label} " + ", ".join(f"{counts[key][v]} {v}" for v in VERDICTS)
+            for key, label in PAIRED_KEYS.items()
+        )
+        + "."
+    )
+    return "\n".join(lines) + "\n\n" + note + "\n", {"rows": record, "chosen": chosen_name}
+
+
+VERDICTS = ("better", "indistinguishable", "worse")
+
+
+def _interval(interval: PairedInterval) -> str:
+    """``+0.0012 [-0.0040, +0.0065]`` with its verdict in words when the interval excludes 0."""
+    text = f"{interval.mean:+.4f} [{interval.low:+.4f}, {interval.high:+.4f}]"
+    return text if interval.verdict == "indistinguishable" else f"{text} {interval.verdict}"
 
 
 def search_table(results: list[RowResult]) -> str:
@@ -713,7 +742,7 @@ def main(argv: list[str] | None = None) -> None:
             for seed in range(profile.seeds)
         }
         ensemble = select_ensemble(members, val, test)
-        table, record[dataset.name] = dataset_table(dataset.name, results, ensemble)
+        table, record[dataset.name] = dataset_table(dataset.name, results, ensemble, test)
         parts += [f"## {dataset.name}", "", table]
     parts += [f"## What was searched ({datasets[0].name} validation)", "", search_table(results)]
     cpu = sum(

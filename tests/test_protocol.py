@@ -46,7 +46,10 @@ def test_each_row_has_its_seeds_and_a_paired_interval_against_lightgbm(smoke):
     for name in ("ranknet/linear", "listnet/linear"):
         assert rows[name]["runs"] == seeds  # one fold
         paired = rows[name]["paired"]
-        assert paired["low"] <= paired["mean"] <= paired["high"] and paired["queries"] == 20
+        assert set(paired) == {"map", "ndcg@10"}
+        for interval in paired.values():
+            assert interval["low"] <= interval["mean"] <= interval["high"]
+            assert interval["queries"] == 20 and interval["verdict"] in protocol.VERDICTS
         assert f"| {name} |" in table
     assert rows["peer_lightgbm"]["paired"] is None  # the reference itself
     ensemble = next(name for name in rows if name.startswith("ensemble"))
@@ -89,4 +92,5 @@ def test_the_greedy_ensemble_adds_a_member_only_while_validation_map_rises(tmp_p
         {"first": first, "second": second}, {1: split}, {1: split}
     )
     assert counts == {"first": 1, "second": 1} and val_map == 1.0
-    assert test_runs[0]["map"] == 1.0 and test_runs[0]["test_ap"] == [1.0, 1.0]
+    assert test_runs[0]["map"] == 1.0
+    assert protocol.per_query(test_runs, {1: split}, "map") == {(1, 1): 1.0, (1, 2): 1.0}
