@@ -51,11 +51,12 @@ import measure
 import torch
 from domination_throughput import dense
 
+from differank.datamodules.download import data_home
 from differank.datamodules.mslr_synthetic import LABEL_SHARES
 
 ROOT = Path(__file__).resolve().parents[1]
 
-MQ2008 = ROOT.parent / "shared" / "data" / "MQ2008"
+MQ2008 = data_home() / "MQ2008"  # $LETOR_DIR/MQ2008, else the shared data folder
 
 
 @dataclass
