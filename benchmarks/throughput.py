@@ -391,12 +391,14 @@ def epoch_datamodule(tiny: bool):
     return datamodule, source
 
 
-def epoch_seconds(loss, ranker, datamodule, device: torch.device) -> tuple[int, float]:
-    """Queries and seconds (the best of two; the first also warms up) of one full training epoch
-    of ``ranker`` under ``loss`` (Adam, lr 0.01, loader included)."""
+def epoch_seconds(
+    loss, ranker, datamodule, device: torch.device, repeats: int = 2
+) -> tuple[int, float]:
+    """Queries and seconds (the best of ``repeats`` epochs; the first also warms up) of one full
+    training epoch of ``ranker`` under ``loss`` (Adam, lr 0.01, loader included)."""
     optimizer = torch.optim.Adam(ranker.parameters(), lr=0.01)
     seconds, clock = float("inf"), measure.device_clock(device)
-    for _ in range(2):
+    for _ in range(repeats):
         queries = 0
         measure.synchronize(device)
         start = clock()

@@ -197,7 +197,17 @@ def test_loss_cost_tiny(tmp_path):
     out = tmp_path / "loss_cost.md"
     loss_cost.main(
         ["--batch", "2", "--length", "6", "--features", "5", "--rounds", "1"]
-        + ["--long-batch", "1", "--long-length", "12", "--tiny-epoch", "--out", str(out)]
+        + [
+            "--long-batch",
+            "1",
+            "--long-length",
+            "12",
+            "--tiny-epoch",
+            "--epoch-rounds",
+            "1",
+            "--out",
+            str(out),
+        ]
     )
     text = out.read_text()
     assert "| domination (default) | " in text and " | 1.0 | " in text
