@@ -1,8 +1,8 @@
 """Cost of one training batch of every objective's default (conf/loss/*.yaml) against the
-domination loss's, and of the candidate defaults, all in one run, interleaved; and the peak
-memory of one batch at two list lengths.
+domination loss's, and of the candidate defaults, all in one run, interleaved; the cost of one
+training epoch on MQ2008; and the peak memory of one batch at two list lengths.
 
-    python benchmarks/loss_cost.py --out benchmarks/results/loss_cost.md
+    python benchmarks/loss_cost.py --rounds 7 --out benchmarks/results/loss_cost.md
 
 One forward+backward of ``loss(ranker.loss_target(X), labels, mask, **ranker.loss_inputs())``
 at B = 64, L = 128, F = 46 (MQ2008's width; labels 0-4 in MSLR proportions, full lists;
