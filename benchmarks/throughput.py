@@ -51,11 +51,12 @@ import measure
 import torch
 from domination_throughput import dense
 
+from differank.datamodules.download import data_home
 from differank.datamodules.mslr_synthetic import LABEL_SHARES
 
 ROOT = Path(__file__).resolve().parents[1]
 
-MQ2008 = ROOT.parent / "shared" / "data" / "MQ2008"
+MQ2008 = data_home() / "MQ2008"  # $LETOR_DIR/MQ2008, else the shared data folder
 
 
 @dataclass
@@ -375,8 +376,9 @@ def throughput_table(rows: list[dict], device: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def epoch_rows(variants, device: torch.device, tiny: bool) -> list[dict]:
-    """Queries per second of one full training epoch (Adam, batch 32)."""
+def epoch_datamodule(tiny: bool):
+    """MQ2008 fold 1 (batch 32) when the data is there and not ``tiny``, else the synthetic
+    set (tiny: 40 training queries); returns the set-up datamodule and its name."""
     from differank.datamodules.letor import LetorDataModule
     from differank.datamodules.synthetic import SyntheticLetorDataModule
 
@@ -386,28 +388,41 @@ def epoch_rows(variants, device: torch.device, tiny: bool) -> list[dict]:
         sizes = {"n_train_queries": 40, "n_val_queries": 5, "n_test_queries": 5} if tiny else {}
         datamodule, source = SyntheticLetorDataModule(batch_size=32, **sizes), "synthetic"
     datamodule.setup()
+    return datamodule, source
+
+
+def epoch_seconds(
+    loss, ranker, datamodule, device: torch.device, repeats: int = 2
+) -> tuple[int, float]:
+    """Queries and seconds (the best of ``repeats`` epochs; the first also warms up) of one full
+    training epoch of ``ranker`` under ``loss`` (Adam, lr 0.01, loader included)."""
+    optimizer = torch.optim.Adam(ranker.parameters(), lr=0.01)
+    seconds, clock = float("inf"), measure.device_clock(device)
+    for _ in range(repeats):
+        queries = 0
+        measure.synchronize(device)
+        start = clock()
+        for batch in datamodule.train_dataloader():
+            features, labels, mask = (batch[k].to(device) for k in ("features", "labels", "mask"))
+            optimizer.zero_grad(set_to_none=True)
+            value = loss(ranker.loss_target(features), labels, mask, **ranker.loss_inputs())
+            value.backward()
+            optimizer.step()
+            ranker.constrain()
+            queries += int(mask.shape[0])
+        measure.synchronize(device)
+        seconds = min(seconds, clock() - start)
+    return queries, seconds
+
+
+def epoch_rows(variants, device: torch.device, tiny: bool) -> list[dict]:
+    """Queries per second of one full training epoch (Adam, batch 32)."""
+    datamodule, source = epoch_datamodule(tiny)
     rows = []
     for variant, cls in variants:
         ranker = make_ranker(variant, datamodule.n_features).to(device)
         loss = cls(**variant.kwargs).to(device)
-        optimizer = torch.optim.Adam(ranker.parameters(), lr=0.01)
-        seconds, clock = float("inf"), measure.device_clock(device)
-        for _ in range(2):  # the best of two epochs (the first also warms up)
-            queries = 0
-            measure.synchronize(device)
-            start = clock()
-            for batch in datamodule.train_dataloader():
-                features, labels, mask = (
-                    batch[k].to(device) for k in ("features", "labels", "mask")
-                )
-                optimizer.zero_grad(set_to_none=True)
-                value = loss(ranker.loss_target(features), labels, mask, **ranker.loss_inputs())
-                value.backward()
-                optimizer.step()
-                ranker.constrain()
-                queries += int(mask.shape[0])
-            measure.synchronize(device)
-            seconds = min(seconds, clock() - start)
+        queries, seconds = epoch_seconds(loss, ranker, datamodule, device)
         rows.append(
             {"loss": variant.name, "queries": queries, "seconds": seconds, "source": source}
         )

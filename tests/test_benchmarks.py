@@ -198,13 +198,28 @@ def test_loss_cost_tiny(tmp_path):
     loss_cost.main(
         ["--batch", "2", "--length", "6", "--features", "5", "--rounds", "1"]
         + [
+            "--long-batch",
+            "1",
+            "--long-length",
+            "12",
+            "--tiny-epoch",
+            "--epoch-rounds",
+            "1",
             "--out",
             str(out),
         ]
     )
     text = out.read_text()
-    assert "| domination (default) |" in text and "| 1.0 |" in text
+    assert "| domination (default) | " in text and " | 1.0 | " in text
     assert "| convex, num_samples 64 |" in text and RUN_LINE.search(text)
+    header = "epoch ms | epoch x domination | peak MiB, B = 2, L = 6 | peak MiB, B = 1, L = 12 |"
+    assert header in text
+    assert "one training epoch on synthetic" in text
+    # one row per default of every conf/loss file, each with times and two peaks
+    for name in (p.stem for p in (ROOT / "conf" / "loss").glob("*.yaml")):
+        row = next(line for line in text.splitlines() if line.startswith(f"| {name} (default) |"))
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        assert len(cells) == 7 and all(float(cell) >= 0 for cell in cells[1:]), row
 
 
 def test_training_throughput_tiny(tmp_path):

@@ -78,3 +78,64 @@ def test_each_relative_markdown_link_leads_to_a_heading(source, target, anchor):
     assert page.is_file() and not target.startswith(".."), f"{source}: {target} is not in the repo"
     if anchor:
         assert anchor in anchors(page), f"{source}: no heading #{anchor} in {page.name}"
+
+
+# docs/choosing.md: the guide's commands run what they say, and its costs are the benchmark's rows
+GUIDE = ROOT / "docs" / "choosing.md"
+LOSS_COST = ROOT / "benchmarks" / "results" / "loss_cost.md"
+TRAIN_COMMAND = re.compile(r"python train\.py((?: [\w.+/=-]+)+)")
+
+
+def guide_commands() -> list[tuple[str, ...]]:
+    """The overrides of each single-run ``python train.py`` command of the guide (multiruns,
+    ``-m``, take placeholders and need the sweeper extra)."""
+    commands = {tuple(m.group(1).split()) for m in TRAIN_COMMAND.finditer(GUIDE.read_text())}
+    return sorted(c for c in commands if "-m" not in c)
+
+
+@pytest.mark.parametrize("overrides", guide_commands(), ids=" ".join)
+def test_each_guide_command_composes_and_builds_its_model_and_loss(train_config, overrides):
+    import torch
+    from hydra.utils import instantiate
+
+    cfg = train_config(list(overrides))
+    module = instantiate(cfg.model, loss=instantiate(cfg.loss), n_features=46)
+    assert module(torch.randn(2, 5, 46)).shape == (2, 5)
+
+
+def test_the_guide_has_a_command_for_every_loss_config():
+    named = {word for command in guide_commands() for word in command}
+    for config in sorted((ROOT / "conf" / "loss").glob("*.yaml")):
+        assert f"loss={config.stem}" in named, (
+            f"docs/choosing.md: no command with loss={config.stem}"
+        )
+
+
+def table_rows(text: str, first: str) -> dict[str, list[str]]:
+    """Markdown table rows whose first cell matches ``first`` (one group: the key), as cells."""
+    rows = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("|") and (match := re.search(first, cells[0])):
+            rows[match.group(1)] = cells[1:]
+    return rows
+
+
+def test_the_guide_costs_are_the_loss_cost_rows():
+    """Every objective row of the guide's table carries its `loss_cost.md` default row's numbers
+    (rerunning the benchmark without updating the guide fails here)."""
+    measured = table_rows(LOSS_COST.read_text(), r"^(\w+) \(default\)$")
+    guide = table_rows(GUIDE.read_text(), r"`loss=(\w+)`")
+    assert set(guide) == set(measured), "one guide row per loss config, each measured"
+    for loss, cells in guide.items():
+        ms, ratio, _, epoch_ratio, peak, long_peak = measured[loss]
+        assert cells[-3:] == [f"{ms} ({ratio})", epoch_ratio, f"{peak} / {long_peak}"], loss
+
+
+INTERNAL_LINK = re.compile(r"\]\(#([a-z0-9-]+)\)")
+
+
+def test_the_guides_links_within_the_page_lead_to_headings():
+    text = GUIDE.read_text()
+    for anchor in INTERNAL_LINK.findall(text):
+        assert anchor in anchors(GUIDE), f"docs/choosing.md: no heading #{anchor}"
