@@ -87,7 +87,7 @@ def _val_map(datamodule, scores: np.ndarray) -> float:
 
 
 # The settings each peer chooses from on validation MAP when no others are given (reproduce.py);
-# benchmarks/protocol.py passes its own, one Optuna trial at a time (PEER_SPACES there).
+# benchmarks/protocol.py passes its own, one Optuna trial at a time (its _peer_spaces).
 DEFAULT_CANDIDATES = {
     "lightgbm": [{"learning_rate": 0.05, "num_leaves": leaves} for leaves in (7, 15, 31)],
     "xgboost": [{"eta": 0.05, "max_depth": depth} for depth in (3, 6)],

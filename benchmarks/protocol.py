@@ -676,6 +676,36 @@ def search_table(results: list[RowResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_experiment(result: RowResult, dataset: Dataset, folder: Path, table: Path | None) -> Path:
+    """The row's chosen setting as a ``conf/experiment`` file: its groups, then its keys."""
+    overrides = [*dataset.overrides, *row_space(result.row)[0]]
+    groups = [o.split("=", 1) for o in overrides if "." not in o.split("=", 1)[0]]
+    settings: dict = {}
+    for key, value in result.chosen.setting.items():
+        node = settings
+        *parents, leaf = key.split(".")
+        for parent in parents:
+            node = node.setdefault(parent, {})
+        node[leaf] = value
+    trial = result.chosen.number
+    source = f"; table: {table.name}" if table else ""
+    lines = [
+        "# @package _global_",
+        f"# {result.row.name}: chosen by benchmarks/protocol.py on mean validation MAP over the "
+        f"folds of {dataset.name}",
+        f"# (trial {trial} of {len(result.trials)}; trial 0 = the defaults{source}).",
+        "# Written by --write-experiments: rerun the protocol rather than editing by hand.",
+        "defaults:",
+        *[f"  - override /{group}: {value}" for group, value in groups],
+        "",
+        yaml.safe_dump(settings, sort_keys=False).rstrip() if settings else "{}",
+    ]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{result.row.name.replace('/', '_')}.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def fold_splits(dataset: Dataset, profile: Profile, runs: Path) -> tuple[dict, dict]:
     """Each fold's validation and test split (labels, qids) of ``dataset``."""
     val, test = {}, {}
@@ -702,6 +732,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (processes)")
     parser.add_argument("--runs", type=Path, default=ROOT / "outputs" / "protocol")
     parser.add_argument("--out", type=Path, help="write the table (markdown; JSON beside it)")
+    parser.add_argument(
+        "--write-experiments",
+        type=Path,
+        metavar="DIR",
+        help="write each differank row's chosen setting as DIR/<search>_<scorer>.yaml "
+        "(conf/experiment/protocol: `python train.py experiment=protocol/<search>_<scorer>`)",
+    )
     args = parser.parse_args(argv)
 
     profile = PROFILES[args.profile]
@@ -731,6 +768,10 @@ def main(argv: list[str] | None = None) -> None:
         "",
     ]
     record: dict = {"rows": {r.row.name: r.to_json() for r in results}}
+    if args.write_experiments:
+        for result in results:
+            if not result.row.peer:
+                write_experiment(result, datasets[0], args.write_experiments, args.out)
     for dataset in datasets:
         val, test = fold_splits(dataset, profile, args.runs)
         members = {

@@ -12,6 +12,8 @@ import numpy as np
 import protocol  # benchmarks/ is on the path (tests/conftest.py)
 import pytest
 
+from tests.conftest import ROOT
+
 pytest.importorskip("lightgbm")
 pytest.importorskip("optuna")
 
@@ -20,7 +22,10 @@ pytest.importorskip("optuna")
 def smoke(tmp_path_factory):
     folder = tmp_path_factory.mktemp("protocol")
     out = folder / "table.md"
-    protocol.main(["--profile", "smoke", "--runs", str(folder / "runs"), "--out", str(out)])
+    experiments = ["--write-experiments", str(folder / "experiments")]
+    protocol.main(
+        ["--profile", "smoke", "--runs", str(folder / "runs"), "--out", str(out), *experiments]
+    )
     return folder, out.read_text(), json.loads(out.with_suffix(".json").read_text())
 
 
@@ -68,6 +73,33 @@ def test_a_second_invocation_reuses_every_cached_run(smoke, capsys):
     assert sorted((folder / "runs").rglob("result.json")) == records
     first, second = (text.split("## What was searched")[0] for text in (table, again.read_text()))
     assert first.split("\n", 1)[1] == second.split("\n", 1)[1]  # the same table
+
+
+def test_each_chosen_setting_is_written_as_an_experiment_that_composes(smoke):
+    import yaml
+    from reproduce import train_script
+
+    folder, _, record = smoke
+    path = folder / "experiments" / "listnet_linear.yaml"
+    text = path.read_text()
+    assert text.startswith("# @package _global_")
+    assert "  - override /data: synthetic\n  - override /model: linear\n" in text
+    assert "  - override /loss: listnet\n" in text
+    chosen = record["rows"]["listnet/linear"]["chosen"]
+    optimizer = yaml.safe_load(text)["model"]["optimizer"]
+    assert optimizer == {
+        "lr": chosen["model.optimizer.lr"],
+        "weight_decay": chosen["model.optimizer.weight_decay"],
+    }
+    experiment = ROOT / "conf" / "experiment" / "protocol_test_tmp.yaml"
+    experiment.write_text(text)
+    try:
+        cfg = train_script()["compose_run"](["experiment=protocol_test_tmp"], folder / "compose")
+    finally:
+        experiment.unlink()
+    assert cfg.model.optimizer.lr == chosen["model.optimizer.lr"]
+    assert cfg.loss._target_.endswith("ListNetLoss")
+    assert not (folder / "experiments" / "peer_lightgbm.yaml").exists()
 
 
 def _member(folder, name, scores):
