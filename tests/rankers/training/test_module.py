@@ -82,7 +82,6 @@ def test_penalty_is_l1_plus_l2_on_weights_only():
         RankingModule(LinearRanker, RankNetLoss(), adam, n_features=3, l1=-1.0)
 
 
-@pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")  # no Trainer here
 def test_training_step_and_constraint_hook():
     # training_step: the batch's loss plus the weight penalty
     linear = RankingModule(LinearRanker, RankNetLoss(), adam, n_features=3, l2=2.0)
@@ -114,6 +113,37 @@ def test_training_step_and_constraint_hook():
     expected = torch.tensor([[3**-0.5, 0.2]]).expand(3, 2)
     torch.testing.assert_close(module.ranker.basis.detach(), expected)
     assert module.ranker.basis.norm(dim=0).tolist() == pytest.approx([1.0, 0.2 * 3**0.5])
+
+
+def test_train_loss_is_logged_once_per_epoch_as_the_query_weighted_mean(monkeypatch):
+    """No ``self.log`` per step (Lightning's bookkeeping cost more than the batch's gather):
+    the steps sum ``queries x loss`` on the device and the epoch's end logs the weighted mean,
+    the value a per-step ``self.log(on_epoch=True, batch_size=B)`` gave."""
+    module = RankingModule(LinearRanker, RankNetLoss(), adam, n_features=3, l2=1.0)
+    logged = []
+    monkeypatch.setattr(module, "log", lambda name, value, **kw: logged.append((name, value, kw)))
+    one_query = {key: value[:1] for key, value in batch().items()}
+    losses = [module.batch_loss(b).item() for b in (batch(), one_query)]
+    module.on_train_epoch_start()
+    for b in (batch(), one_query):
+        module.training_step(b, 0)
+    assert logged == []
+    module.on_train_epoch_end()
+    ((name, value, options),) = logged
+    assert name == "train/loss" and options["batch_size"] == 3
+    assert value.item() == pytest.approx((2 * losses[0] + losses[1]) / 3)  # no penalty in it
+    assert options["sync_dist"] and options["prog_bar"]
+    module.on_train_epoch_end()  # an epoch without steps logs nothing
+    assert len(logged) == 1
+
+
+def test_a_batch_already_on_the_device_is_not_walked_again():
+    module = RankingModule(LinearRanker, RankNetLoss(), adam, n_features=3)
+    on_cpu = batch()
+    assert module.transfer_batch_to_device(on_cpu, torch.device("cpu"), 0) is on_cpu
+    mixed = {"features": on_cpu["features"], "names": ["a", "b"]}  # Lightning's own transfer
+    moved = module.transfer_batch_to_device(mixed, torch.device("cpu"), 0)
+    assert moved["names"] == ["a", "b"] and moved["features"] is on_cpu["features"]
 
 
 def test_scores_by_row_requires_every_row_exactly_once():
