@@ -25,13 +25,17 @@ epoch: the first pays one-off set-up), against the same steps:
 * a bare ``Trainer`` (no callbacks, loggers, progress bar or validation);
 * each also with the module and trainer as they were before this change (a ``self.log`` of
   ``train/loss`` at every step, the finite guard reading every loss on the host, new memory
-  filled with NaN under ``trainer.deterministic=true``).
+  filled with NaN under ``trainer.deterministic=true``), and with manual optimization (a
+  variant measured, not taken);
+* the bare ``Trainer`` on the epoch's batches built beforehand: Lightning's own loop, without
+  the loader.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import time
 from pathlib import Path
 
@@ -195,6 +199,37 @@ class PerStepLogModule:
         pass
 
 
+class ManualStepModule:
+    """The RankingModule with Lightning's manual optimization: the step's optimizer calls in
+    ``training_step`` instead of automatic optimization's closure (a variant measured, not
+    taken: it gives up ``trainer.gradient_clip_val`` and ``accumulate_grad_batches``)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        optimizer = self.optimizers()
+        loss = super().training_step(batch, batch_idx)
+        optimizer.zero_grad(set_to_none=True)
+        self.manual_backward(loss)
+        optimizer.step()
+        self.ranker.constrain()
+
+
+class InMemory:
+    """An epoch's batches, built beforehand, as a training loader for ``Trainer.fit``."""
+
+    def __init__(self, batches):
+        self.batches = batches
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def __len__(self):
+        return len(self.batches)
+
+
 def bare_trainer(callbacks):
     import pytorch_lightning as pl
 
@@ -234,7 +269,9 @@ def train_py_trainer(callbacks, before: bool = False):
     return trainer
 
 
-def lightning_epoch(dm, module, make_trainer) -> dict:
+def lightning_epoch(dm, module, make_trainer, batches=None) -> dict:
+    """The second epoch's times through ``make_trainer(callbacks).fit``: the data module's
+    loaders, or ``batches`` (already in memory) as the training loader."""
     import pytorch_lightning as pl
 
     times = []
@@ -253,7 +290,11 @@ def lightning_epoch(dm, module, make_trainer) -> dict:
 
         on_train_epoch_end = on_validation_start
 
-    make_trainer([EpochTimer()]).fit(module, datamodule=dm)
+    trainer = make_trainer([EpochTimer()])
+    if batches is None:
+        trainer.fit(module, datamodule=dm)
+    else:
+        trainer.fit(module, train_dataloaders=InMemory(batches))
     torch.use_deterministic_algorithms(False)  # what train.py's trainer set, for the next rows
     return times[-1]
 
@@ -265,6 +306,10 @@ def lightning_rows(dm, tries: int = 2) -> dict[str, dict]:
     class BeforeModule(PerStepLogModule, RankingModule):
         pass
 
+    class ManualModule(ManualStepModule, RankingModule):
+        pass
+
+    before_train_py = functools.partial(train_py_trainer, before=True)
     runs = {
         "Lightning `Trainer.fit` as train.py builds it (default trainer, callbacks, loggers)": (
             RankingModule,
@@ -272,18 +317,27 @@ def lightning_rows(dm, tries: int = 2) -> dict[str, dict]:
         ),
         "the same, before this change (self.log per step, guard reads every step, NaN fill)": (
             BeforeModule,
-            lambda callbacks: train_py_trainer(callbacks, before=True),
+            before_train_py,
         ),
+        "train.py's trainer, manual optimization (not taken)": (ManualModule, train_py_trainer),
         "Lightning `Trainer.fit`, bare Trainer (no callbacks, loggers or validation)": (
             RankingModule,
             bare_trainer,
         ),
         "the same, before this change (self.log per step)": (BeforeModule, bare_trainer),
+        "bare Trainer, manual optimization (not taken)": (ManualModule, bare_trainer),
+        "bare Trainer on the batches already in memory (Lightning's loop without the loader)": (
+            RankingModule,
+            bare_trainer,
+        ),
     }
+    in_memory = "bare Trainer on the batches already in memory"
     rows: dict[str, list[dict]] = {name: [] for name in runs}
     for _ in range(tries):
         for name, (cls, trainer) in runs.items():
-            rows[name].append(lightning_epoch(dm, make_model(dm.n_features, cls)[0], trainer))
+            batches = list(dm.train_dataloader()) if name.startswith(in_memory) else None
+            module = make_model(dm.n_features, cls)[0]
+            rows[name].append(lightning_epoch(dm, module, trainer, batches))
     return {name: {k: min(t[k] for t in tries) for k in tries[0]} for name, tries in rows.items()}
 
 
