@@ -1,6 +1,8 @@
 """RankingModule / FullBatchModule glue: compatibility checks, penalties, constraints, outputs,
 the run record in checkpoints, the progress bar's metrics and the console callback."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from torch import nn
@@ -223,6 +225,26 @@ def test_progress_bar_shows_logged_metrics_without_the_logger_version(monkeypatc
         lambda self, trainer, module: {"v_num": 3, "val/map": 0.5},
     )
     assert ProgressBar().get_metrics(None, None) == {"val/map": 0.5}
+
+
+def test_progress_bar_redraws_the_training_bar_at_most_every_min_interval(monkeypatch):
+    import pytorch_lightning as pl
+
+    drawn = []
+    monkeypatch.setattr(
+        pl.callbacks.RichProgressBar,
+        "on_train_batch_end",
+        lambda self, trainer, module, outputs, batch, batch_idx: drawn.append(batch_idx),
+    )
+    trainer = SimpleNamespace(num_training_batches=5)
+    for interval, expected in ((3600.0, [0, 4]), (0.0, [0, 1, 2, 3, 4])):
+        drawn.clear()
+        bar = ProgressBar(min_interval=interval)
+        for batch_idx in range(5):
+            bar.on_train_batch_end(trainer, None, None, None, batch_idx)
+        assert drawn == expected  # the first batch, then the epoch's last (or every one)
+    with pytest.raises(ValueError, match="min_interval must be >= 0"):
+        ProgressBar(min_interval=-1)
 
 
 def test_run_console_keeps_its_best_across_a_resume_and_checks_its_mode():
