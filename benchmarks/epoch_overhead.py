@@ -368,7 +368,7 @@ def main(argv: list[str] | None = None) -> None:
             with context():
                 rows[name].append(measure_approach(epoch, module, optimizer))
     best = {name: {k: min(r[k] for r in tries) for k in tries[0]} for name, tries in rows.items()}
-    with_lightning = lightning_rows(dm)
+    with_lightning = lightning_rows(dm, tries=1 if args.tiny else 2)
     train_py = next(iter(with_lightning.values()))
     default = best["gather, static lengths, next batch built in a thread (this change's loader)"]
     n_batches = len(dm.train_dataloader())

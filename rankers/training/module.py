@@ -127,17 +127,6 @@ class EvaluationModule(pl.LightningModule):
             return self.ranker(features, mask)
         return self.ranker(features)
 
-    def transfer_batch_to_device(
-        self, batch: Any, device: torch.device, dataloader_idx: int
-    ) -> Any:
-        """A batch dict already on ``device`` (the data module gathers batches there) as it
-        is; anything else through Lightning's own transfer."""
-        if isinstance(batch, dict) and all(
-            isinstance(value, torch.Tensor) and value.device == device for value in batch.values()
-        ):
-            return batch
-        return super().transfer_batch_to_device(batch, device, dataloader_idx)
-
     def batch_loss(
         self, batch: dict[str, torch.Tensor], target: torch.Tensor | None = None
     ) -> torch.Tensor:

@@ -139,15 +139,6 @@ def test_train_loss_is_logged_once_per_epoch_as_the_query_weighted_mean(monkeypa
     assert len(logged) == 1
 
 
-def test_a_batch_already_on_the_device_is_not_walked_again():
-    module = RankingModule(LinearRanker, RankNetLoss(), adam, n_features=3)
-    on_cpu = batch()
-    assert module.transfer_batch_to_device(on_cpu, torch.device("cpu"), 0) is on_cpu
-    mixed = {"features": on_cpu["features"], "names": ["a", "b"]}  # Lightning's own transfer
-    moved = module.transfer_batch_to_device(mixed, torch.device("cpu"), 0)
-    assert moved["names"] == ["a", "b"] and moved["features"] is on_cpu["features"]
-
-
 def test_scores_by_row_requires_every_row_exactly_once():
     module = RankingModule(LinearRanker, RankNetLoss(), adam, n_features=3)
     module.test_rows = [torch.tensor([2, 0]), torch.tensor([1])]
