@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import tempfile
 import time
 from pathlib import Path
 
@@ -230,10 +231,11 @@ class InMemory:
         return len(self.batches)
 
 
-def bare_trainer(callbacks):
+def bare_trainer(callbacks, run_dir: Path):
     import pytorch_lightning as pl
 
     return pl.Trainer(
+        default_root_dir=run_dir,
         max_epochs=2,
         limit_val_batches=0,
         logger=False,
@@ -245,11 +247,10 @@ def bare_trainer(callbacks):
     )
 
 
-def train_py_trainer(callbacks, before: bool = False):
-    """``make_trainer`` of ``train.py`` (conf/train.yaml's trainer, callbacks and loggers) in a
-    temporary run directory; ``before``: the finite guard reading every step, the NaN fill on."""
-    import tempfile
-
+def train_py_trainer(callbacks, run_dir: Path, before: bool = False):
+    """``make_trainer`` of ``train.py`` (conf/train.yaml's trainer, callbacks and loggers) with
+    ``run_dir`` as the run directory; ``before``: the finite guard reading every step, the NaN
+    fill on."""
     from reproduce import train_script
 
     from differank.rankers.run.tasks import make_trainer
@@ -262,7 +263,7 @@ def train_py_trainer(callbacks, before: bool = False):
     ]
     if before:
         overrides.append("callbacks.finite_guard.check_every_n_steps=1")
-    cfg = train_script()["compose_run"](overrides, Path(tempfile.mkdtemp()))
+    cfg = train_script()["compose_run"](overrides, run_dir)
     trainer = make_trainer(cfg)
     torch.utils.deterministic.fill_uninitialized_memory = before
     trainer.callbacks[:0] = callbacks
@@ -290,11 +291,12 @@ def lightning_epoch(dm, module, make_trainer, batches=None) -> dict:
 
         on_train_epoch_end = on_validation_start
 
-    trainer = make_trainer([EpochTimer()])
-    if batches is None:
-        trainer.fit(module, datamodule=dm)
-    else:
-        trainer.fit(module, train_dataloaders=InMemory(batches))
+    with tempfile.TemporaryDirectory() as run_dir:  # checkpoints and logs of train.py's
+        trainer = make_trainer([EpochTimer()], Path(run_dir))
+        if batches is None:
+            trainer.fit(module, datamodule=dm)
+        else:
+            trainer.fit(module, train_dataloaders=InMemory(batches))
     torch.use_deterministic_algorithms(False)  # what train.py's trainer set, for the next rows
     return times[-1]
 
