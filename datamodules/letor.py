@@ -569,6 +569,16 @@ class LetorDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         return self._loader("train")
 
+    def transfer_batch_to_device(self, batch, device: torch.device, dataloader_idx: int):
+        """A batch already on ``device`` (gathered there from the split's tensors) as it is:
+        Lightning's walk over the batch dict costs a fraction of a millisecond per step; any
+        other batch goes through Lightning's own transfer."""
+        if isinstance(batch, dict) and all(
+            isinstance(value, torch.Tensor) and value.device == device for value in batch.values()
+        ):
+            return batch
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
     def val_dataloader(self) -> DataLoader:
         return self._loader("val")
 
