@@ -262,25 +262,15 @@ class LetorDataModule(pl.LightningDataModule):
         if self._splits is not None:
             return
         files = folds.resolve_fold_files(self._data_root(), self.fold)
-        check_fold_budget(files, cache_dir=self.cache_dir)  # before anything is allocated
-        parsed = {}
-        for path in (p for paths in files.values() for p in paths):
-            try:
-                parsed[path] = read_letor_file(
-                    path, cache_dir=self.cache_dir, verify_hash=self.verify_cache_hash
-                )
-                parsed[path].check_values(
-                    nan_policy=self.nan_policy,
-                    null_value=self.null_value,
-                    label_range=self.label_range,
-                )
-            except ValueError as error:
-                located = error
-                if self._parts_dir is not None:
-                    located = query_files.in_source_terms(error, self._parts_dir)
-                if located is error:
-                    raise
-                raise located from error
+        try:
+            parsed = self._read_files(files)
+        except ValueError as error:
+            located = error
+            if self._parts_dir is not None:  # name the row's query-file source line
+                located = query_files.in_source_terms(error, self._parts_dir)
+            if located is error:
+                raise
+            raise located from error
         n_features, dropped = self._feature_set(files, parsed)
         splits = {
             name: self._build_split(name, paths, [parsed[p] for p in paths])
@@ -301,6 +291,21 @@ class LetorDataModule(pl.LightningDataModule):
             )
             for name, split in splits.items()
         }
+
+    def _read_files(self, files: dict[str, list[Path]]) -> dict[Path, LetorFile]:
+        """Every file of the fold parsed (or from the cache) and checked by the value rules."""
+        check_fold_budget(files, cache_dir=self.cache_dir)  # before anything is allocated
+        parsed = {}
+        for path in (p for paths in files.values() for p in paths):
+            parsed[path] = read_letor_file(
+                path, cache_dir=self.cache_dir, verify_hash=self.verify_cache_hash
+            )
+            parsed[path].check_values(
+                nan_policy=self.nan_policy,
+                null_value=self.null_value,
+                label_range=self.label_range,
+            )
+        return parsed
 
     def _feature_set(self, files, parsed) -> tuple[int, np.ndarray]:
         """F (the largest feature index written in training) and the features to drop: those
