@@ -131,6 +131,12 @@ def test_parts_are_reproducible_and_a_changed_source_builds_new_ones(source, tmp
     assert (folder / "rank.test.gz").read_bytes() == before["rank.test.gz"]
 
 
+def test_fewer_queries_than_parts_are_refused(tmp_path):
+    write_source(tmp_path / "small", "tiny.train", seed=0, n_queries=4)
+    with pytest.raises(ValueError, match="4 queries cannot fill 5 parts"):
+        _ = datamodule(tmp_path / "small").n_features
+
+
 def test_fold_table_matches_the_documented_rotation():
     lines = query_files.folds_table().splitlines()
     assert lines[0] == "fold\ttrain\tvali\ttest"
@@ -186,6 +192,10 @@ def test_a_row_with_a_qid_is_refused_with_its_line(source):
 
 def test_missing_query_files_are_refused(source, tmp_path):
     folder, _ = source
+    (folder / "rank.test").write_bytes(gzip.decompress((folder / "rank.test.gz").read_bytes()))
+    with pytest.raises(ValueError, match=r"both .*rank\.test and .*rank\.test\.gz exist"):
+        _ = datamodule(folder).n_features
+    (folder / "rank.test").unlink()
     (folder / "rank.test.query").unlink()
     with pytest.raises(FileNotFoundError, match=r"rank\.test\.gz has no query file .*\.query"):
         _ = datamodule(folder).n_features
