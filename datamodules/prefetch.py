@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
+import torch
 from torch.utils.data import DataLoader
 
 _END = object()
@@ -42,7 +43,11 @@ class PrefetchingDataLoader(DataLoader):
 
     def _batches(self) -> Iterator:
         """The single-process iterator's batches: keys from the batch sampler, the dataset's
-        ``__getitems__`` (else one ``__getitem__`` per key), then ``collate_fn``."""
+        ``__getitems__`` (else one ``__getitem__`` per key), then ``collate_fn``. Like the plain
+        iterator it first draws its base seed from the loader's generator (the global one by
+        default), so the random stream after it (dropout, noise, samplers) is the plain loader's
+        and a run gives the same numbers with or without this path."""
+        torch.empty((), dtype=torch.int64).random_(generator=self.generator)
         fetch = getattr(self.dataset, "__getitems__", None)
         for keys in self.batch_sampler:
             items = fetch(keys) if fetch else [self.dataset[key] for key in keys]

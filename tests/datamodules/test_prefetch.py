@@ -63,3 +63,20 @@ def test_a_dataset_forming_whole_batches_gets_the_plain_loaders_keys_and_collate
 
 def test_pinned_or_unbatched_loaders_take_the_plain_iterator():
     assert [b.tolist() for b in PrefetchingDataLoader(Squares(), batch_size=None)][:2] == [[0], [1]]
+
+
+def test_the_random_stream_after_an_epoch_is_the_plain_loaders():
+    """The plain iterator draws its base seed from the generator: so does the fast path, so
+    dropout and noise after it see the same numbers (a run reproduces across the two)."""
+
+    def after_epoch(loader_class, generator=None):
+        torch.manual_seed(5)
+        if generator is not None:
+            generator.manual_seed(9)
+        list(loader_class(Squares(), batch_size=3, shuffle=True, generator=generator))
+        return torch.rand(3), None if generator is None else generator.get_state()
+
+    plain, fast = after_epoch(DataLoader), after_epoch(PrefetchingDataLoader)
+    assert torch.equal(plain[0], fast[0])
+    plain, fast = (after_epoch(c, torch.Generator()) for c in (DataLoader, PrefetchingDataLoader))
+    assert torch.equal(plain[0], fast[0]) and torch.equal(plain[1], fast[1])
