@@ -15,15 +15,28 @@ The set is benchmarks/data_path.py's MSLR-WEB30K-shaped LETOR text at ``--fracti
 * epoch: the loader and the steps together, as training runs them;
 * ratio = epoch / steps (the target is <= 1.25).
 
-A last row runs the epoch through Lightning's ``Trainer.fit`` (no validation, no logging or
-checkpoints), timed from the training epoch's start to its end (the second epoch: the first
-pays one-off set-up), against the same steps.
+The last rows run the epoch through Lightning's ``Trainer.fit`` with this change's loader,
+timed from the training epoch's start to its end or to the start of its validation (the second
+epoch: the first pays one-off set-up), against the same steps:
+
+* as ``train.py`` builds it: ``make_trainer`` on ``conf/train.yaml``'s trainer, callbacks and
+  loggers (checkpoints, early stopping, console, progress bar, the guards, requeue, learning
+  rate monitor, CSV and TensorBoard; validation cut to one batch, outside the timing);
+* a bare ``Trainer`` (no callbacks, loggers, progress bar or validation);
+* each also with the module and trainer as they were before this change (a ``self.log`` of
+  ``train/loss`` at every step, the finite guard reading every loss on the host, new memory
+  filled with NaN under ``trainer.deterministic=true``), and with manual optimization (a
+  variant measured, not taken);
+* the bare ``Trainer`` on the epoch's batches built beforehand: Lightning's own loop, without
+  the loader.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
+import tempfile
 import time
 from pathlib import Path
 
@@ -120,13 +133,15 @@ def approaches(dm):
     }
 
 
-def make_model(n_features: int):
+def make_model(n_features: int, module_class=None):
+    """``model=linear loss=domination`` with Adam (lr 0.01), seeded: the module and optimizer
+    (``module_class``: a RankingModule subclass, by default RankingModule itself)."""
     from differank.losses.domination import DominationLoss
     from differank.rankers.scorers.linear import LinearRanker
     from differank.rankers.training.module import RankingModule
 
     torch.manual_seed(0)
-    module = RankingModule(
+    module = (module_class or RankingModule)(
         LinearRanker,
         DominationLoss(),
         lambda params: torch.optim.Adam(params, lr=0.01),
@@ -172,20 +187,55 @@ def measure_approach(epoch, module, optimizer) -> dict:
     return row
 
 
-def lightning_epoch(dm, module) -> dict:
+class PerStepLogModule:
+    """The RankingModule before this change: ``train/loss`` through ``self.log`` every step."""
+
+    def training_step(self, batch, batch_idx):
+        loss = self.batch_loss(self.augment(batch))
+        size = batch["mask"].shape[0]
+        self.log("train/loss", loss, batch_size=size, on_epoch=True, sync_dist=True, prog_bar=True)
+        return loss + self.penalty()
+
+    def on_train_epoch_end(self):
+        pass
+
+
+class ManualStepModule:
+    """The RankingModule with Lightning's manual optimization: the step's optimizer calls in
+    ``training_step`` instead of automatic optimization's closure (a variant measured, not
+    taken: it gives up ``trainer.gradient_clip_val`` and ``accumulate_grad_batches``)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        optimizer = self.optimizers()
+        loss = super().training_step(batch, batch_idx)
+        optimizer.zero_grad(set_to_none=True)
+        self.manual_backward(loss)
+        optimizer.step()
+        self.ranker.constrain()
+
+
+class InMemory:
+    """An epoch's batches, built beforehand, as a training loader for ``Trainer.fit``."""
+
+    def __init__(self, batches):
+        self.batches = batches
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def __len__(self):
+        return len(self.batches)
+
+
+def bare_trainer(callbacks, run_dir: Path):
     import pytorch_lightning as pl
 
-    times = []
-
-    class EpochTimer(pl.Callback):
-        def on_train_epoch_start(self, trainer, pl_module):
-            self.clock = Clock().__enter__()
-
-        def on_train_epoch_end(self, trainer, pl_module):
-            self.clock.__exit__()
-            times.append({"epoch": self.clock.cpu, "epoch wall": self.clock.wall})
-
-    trainer = pl.Trainer(
+    return pl.Trainer(
+        default_root_dir=run_dir,
         max_epochs=2,
         limit_val_batches=0,
         logger=False,
@@ -193,10 +243,104 @@ def lightning_epoch(dm, module) -> dict:
         enable_progress_bar=False,
         enable_model_summary=False,
         accelerator="cpu",
-        callbacks=[EpochTimer()],
+        callbacks=callbacks,
     )
-    trainer.fit(module, datamodule=dm)
+
+
+def train_py_trainer(callbacks, run_dir: Path, before: bool = False):
+    """``make_trainer`` of ``train.py`` (conf/train.yaml's trainer, callbacks and loggers) with
+    ``run_dir`` as the run directory; ``before``: the finite guard reading every step, the NaN
+    fill on."""
+    from reproduce import train_script
+
+    from differank.rankers.run.tasks import make_trainer
+
+    overrides = [
+        "trainer.max_epochs=2",
+        "trainer.accelerator=cpu",
+        "+trainer.limit_val_batches=1",
+        "+trainer.num_sanity_val_steps=0",
+    ]
+    if before:
+        overrides.append("callbacks.finite_guard.check_every_n_steps=1")
+    cfg = train_script()["compose_run"](overrides, run_dir)
+    trainer = make_trainer(cfg)
+    torch.utils.deterministic.fill_uninitialized_memory = before
+    trainer.callbacks[:0] = callbacks
+    return trainer
+
+
+def lightning_epoch(dm, module, make_trainer, batches=None) -> dict:
+    """The second epoch's times through ``make_trainer(callbacks).fit``: the data module's
+    loaders, or ``batches`` (already in memory) as the training loader."""
+    import pytorch_lightning as pl
+
+    times = []
+
+    class EpochTimer(pl.Callback):
+        """From the training epoch's start to its end or its validation's start."""
+
+        def on_train_epoch_start(self, trainer, pl_module):
+            self.clock = Clock().__enter__()
+
+        def on_validation_start(self, trainer, pl_module):
+            if getattr(self, "clock", None) is not None and not trainer.sanity_checking:
+                self.clock.__exit__()
+                times.append({"epoch": self.clock.cpu, "epoch wall": self.clock.wall})
+                self.clock = None
+
+        on_train_epoch_end = on_validation_start
+
+    with tempfile.TemporaryDirectory() as run_dir:  # checkpoints and logs of train.py's
+        trainer = make_trainer([EpochTimer()], Path(run_dir))
+        if batches is None:
+            trainer.fit(module, datamodule=dm)
+        else:
+            trainer.fit(module, train_dataloaders=InMemory(batches))
+    torch.use_deterministic_algorithms(False)  # what train.py's trainer set, for the next rows
     return times[-1]
+
+
+def lightning_rows(dm, tries: int = 2) -> dict[str, dict]:
+    """name -> the fastest of ``tries`` second epochs, the runs interleaved."""
+    from differank.rankers.training.module import RankingModule
+
+    class BeforeModule(PerStepLogModule, RankingModule):
+        pass
+
+    class ManualModule(ManualStepModule, RankingModule):
+        pass
+
+    before_train_py = functools.partial(train_py_trainer, before=True)
+    runs = {
+        "Lightning `Trainer.fit` as train.py builds it (default trainer, callbacks, loggers)": (
+            RankingModule,
+            train_py_trainer,
+        ),
+        "the same, before this change (self.log per step, guard reads every step, NaN fill)": (
+            BeforeModule,
+            before_train_py,
+        ),
+        "train.py's trainer, manual optimization (not taken)": (ManualModule, train_py_trainer),
+        "Lightning `Trainer.fit`, bare Trainer (no callbacks, loggers or validation)": (
+            RankingModule,
+            bare_trainer,
+        ),
+        "the same, before this change (self.log per step)": (BeforeModule, bare_trainer),
+        "bare Trainer, manual optimization (not taken)": (ManualModule, bare_trainer),
+        "bare Trainer on the batches already in memory (Lightning's loop without the loader)": (
+            RankingModule,
+            bare_trainer,
+        ),
+    }
+    in_memory = "bare Trainer on the batches already in memory"
+    rows: dict[str, list[dict]] = {name: [] for name in runs}
+    for _ in range(tries):
+        for name, (cls, trainer) in runs.items():
+            batches = list(dm.train_dataloader()) if name.startswith(in_memory) else None
+            module = make_model(dm.n_features, cls)[0]
+            rows[name].append(lightning_epoch(dm, module, trainer, batches))
+    return {name: {k: min(t[k] for t in tries) for k in tries[0]} for name, tries in rows.items()}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -226,8 +370,8 @@ def main(argv: list[str] | None = None) -> None:
             with context():
                 rows[name].append(measure_approach(epoch, module, optimizer))
     best = {name: {k: min(r[k] for r in tries) for k in tries[0]} for name, tries in rows.items()}
-    tries = [lightning_epoch(dm, make_model(dm.n_features)[0]) for _ in range(2)]
-    with_lightning = {k: min(t[k] for t in tries) for k in tries[0]}
+    with_lightning = lightning_rows(dm, tries=1 if args.tiny else 2)
+    train_py = next(iter(with_lightning.values()))
     default = best["gather, static lengths, next batch built in a thread (this change's loader)"]
     n_batches = len(dm.train_dataloader())
     lines = [
@@ -255,16 +399,17 @@ def main(argv: list[str] | None = None) -> None:
             f"| {name} | {cell(row, 'build')} | {cell(row, 'steps')} | {cell(row, 'epoch')} | "
             f"{ratios(row, row)} | {row['padding']:.2f} | {row['L']} |"
         )
-    lines.append(
-        f"| Lightning `Trainer.fit`, 2nd epoch, this change's loader | - | "
-        f"{cell(default, 'steps')} | {cell(with_lightning, 'epoch')} | "
-        f"{ratios(with_lightning, default)} | - | - |"
-    )
+    for name, row in with_lightning.items():
+        lines.append(
+            f"| {name} | - | {cell(default, 'steps')} | {cell(row, 'epoch')} | "
+            f"{ratios(row, default)} | - | - |"
+        )
     lines += [
         "",
-        f"Target: epoch <= 1.25 x steps. This change's loader: {ratios(default, default)}, CPU "
-        "time (wall time); the thread overlaps the gather with the step, which saves wall time "
-        "only (the CPU time of both threads is counted).",
+        f"Target: epoch <= 1.25 x steps. Through train.py's trainer: {ratios(train_py, default)}; "
+        f"the loader alone: {ratios(default, default)}, CPU time (wall time). The loader's thread "
+        "overlaps the gather with the step, which saves wall time only (the CPU time of both "
+        "threads is counted).",
     ]
     measure.publish("\n".join(lines), args.out, "cpu")
 

@@ -1,6 +1,7 @@
 """Peer rankers on one LETOR fold, scored exactly like differank's own runs.
 
     python benchmarks/peers.py --peers lightgbm xgboost ranksvm --folds 1 2 3 4 5
+    python benchmarks/peers.py --peers lightgbm --overrides data=lightgbm_rank   # any data config
 
 Peers (the ``bench`` extra: ``lightgbm``, ``xgboost-cpu``, ``scikit-learn``):
 
@@ -286,18 +287,34 @@ def main() -> None:
     parser.add_argument("--peers", nargs="*", default=list(PEERS), choices=PEERS)
     parser.add_argument("--folds", nargs="*", type=int, default=[1, 2, 3, 4, 5])
     parser.add_argument("--root", default=str(ROOT.parent / "shared" / "data" / "MQ2008"))
+    parser.add_argument(
+        "--overrides",
+        nargs="*",
+        default=[],
+        help="the data as train.py's Hydra overrides instead of --root, e.g. data=lightgbm_rank "
+        "or data=letor data.root=DIR data.format=query_files",
+    )
     parser.add_argument("--runs", type=Path, default=ROOT / "outputs" / "reproduce")
     parser.add_argument("--tiny", action="store_true", help="one small setting, few rounds")
     args = parser.parse_args()
 
     from differank.datamodules.letor import LetorDataModule
 
+    def fold_data(fold: int, run_dir: Path):
+        if not args.overrides:
+            return LetorDataModule(args.root, fold=fold)
+        from hydra.utils import instantiate
+        from reproduce import train_script
+
+        compose_run = train_script()["compose_run"]
+        return instantiate(compose_run([*args.overrides, f"++data.fold={fold}"], run_dir).data)
+
     for peer in args.peers:
         if not available(peer):
             continue
         for fold in args.folds:
-            datamodule = LetorDataModule(args.root, fold=fold)
-            row = run_peer(peer, datamodule, args.runs / f"peer_{peer}" / f"fold{fold}", args.tiny)
+            run_dir = args.runs / f"peer_{peer}" / f"fold{fold}"
+            row = run_peer(peer, fold_data(fold, run_dir), run_dir, args.tiny)
             print(json.dumps({"peer": peer, **row}), flush=True)
 
 

@@ -7,7 +7,7 @@ Public API::
                     label_range=None, unseen_features="error",
                     drop_train_queries_without_pairs=False, cache_dir=None,
                     verify_cache_hash=False, num_workers=0, seed=0, transform="none",
-                    batches_on_device=True)
+                    batches_on_device=True, format="letor")
       .n_features              F = max feature index over the fold's files (loads lazily)
       .label_levels            sorted distinct labels over all splits (loads lazily)
       .feature_mean / .feature_std   zscore statistics of the training split (else None)
@@ -45,6 +45,11 @@ Features are float32 end to end: each split's normalised matrix is cached (keyed
 content hashes and the options) and memory-mapped, so a warm start reads no text and copies no
 feature matrix, and processes on one machine (DDP ranks, sweep jobs) share one copy.
 
+``format`` "letor" reads ``root`` as a LETOR folder (:mod:`differank.datamodules.folds`);
+"query_files" reads rows without qid and their ``<file>.query`` group sizes (LightGBM's
+convention), pooled and split by query into five rotated folds once, as LETOR parts in the cache
+(:mod:`differank.datamodules.query_files`); errors in a row name its source file and line.
+
 Options: ``normalization`` "none" | "zscore" (train mean/std; std 0 -> centred only) |
 "query_minmax" (LETOR QueryLevelNorm, 0 where max == min); statistics are accumulated in
 float64, applied in row blocks. ``transform`` "none" | "log1p" (sign(x)·log1p(|x|)) |
@@ -75,7 +80,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from differank.datamodules import cache, folds, query_batches, transforms
+from differank.datamodules import cache, folds, query_batches, query_files, transforms
 from differank.datamodules.normalization import (
     BLOCK_ROWS,
     apply_zscore,
@@ -96,6 +101,7 @@ from differank.datamodules.split_tensors import QueryBatchDataset, SplitTensors,
 log = logging.getLogger(__name__)
 
 NORMALIZATIONS = ("none", "zscore", "query_minmax")
+FORMATS = ("letor", "query_files")
 UNSEEN_FEATURES = ("error", "drop")
 # Bump when the cached split arrays' meaning changes.
 _SPLIT_CACHE_VERSION = 1
@@ -170,6 +176,7 @@ class LetorDataModule(pl.LightningDataModule):
         seed: int = 0,
         transform: str = "none",
         batches_on_device: bool = True,
+        format: str = "letor",
     ):
         super().__init__()
         if root is None and type(self) is LetorDataModule:
@@ -207,6 +214,10 @@ class LetorDataModule(pl.LightningDataModule):
         self.num_workers = _check_int("num_workers", num_workers, 0)
         self.seed = _check_int("seed", seed, 0)
         self.batches_on_device = _check_bool("batches_on_device", batches_on_device)
+        if format not in FORMATS:
+            raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+        self.format = format
+        self._parts_dir: Path | None = None
         self._splits: dict[str, LetorSplit] | None = None
         self._datasets: dict[str, QueryBatchDataset] = {}
         self._device_datasets: dict[tuple[str, str], QueryBatchDataset | None] = {}
@@ -217,8 +228,13 @@ class LetorDataModule(pl.LightningDataModule):
     # ---- files -------------------------------------------------------------------------------
 
     def _data_root(self) -> Path:
-        """The directory to read (subclasses may create it first)."""
-        return self.root
+        """The directory to read (subclasses may create it first): ``root``, or for
+        ``format="query_files"`` its LETOR parts in the cache (built on first use)."""
+        if self.format == "letor":
+            return self.root
+        if self._parts_dir is None:
+            self._parts_dir = query_files.letor_parts(self.root, cache_dir=self.cache_dir)
+        return self._parts_dir
 
     def split_files(self, split: str) -> list[Path]:
         """The source files of ``split`` in concatenation order (no parsing)."""
@@ -246,17 +262,15 @@ class LetorDataModule(pl.LightningDataModule):
         if self._splits is not None:
             return
         files = folds.resolve_fold_files(self._data_root(), self.fold)
-        check_fold_budget(files, cache_dir=self.cache_dir)  # before anything is allocated
-        parsed = {}
-        for path in (p for paths in files.values() for p in paths):
-            parsed[path] = read_letor_file(
-                path, cache_dir=self.cache_dir, verify_hash=self.verify_cache_hash
-            )
-            parsed[path].check_values(
-                nan_policy=self.nan_policy,
-                null_value=self.null_value,
-                label_range=self.label_range,
-            )
+        try:
+            parsed = self._read_files(files)
+        except ValueError as error:
+            located = error
+            if self._parts_dir is not None:  # name the row's query-file source line
+                located = query_files.in_source_terms(error, self._parts_dir)
+            if located is error:
+                raise
+            raise located from error
         n_features, dropped = self._feature_set(files, parsed)
         splits = {
             name: self._build_split(name, paths, [parsed[p] for p in paths])
@@ -277,6 +291,21 @@ class LetorDataModule(pl.LightningDataModule):
             )
             for name, split in splits.items()
         }
+
+    def _read_files(self, files: dict[str, list[Path]]) -> dict[Path, LetorFile]:
+        """Every file of the fold parsed (or from the cache) and checked by the value rules."""
+        check_fold_budget(files, cache_dir=self.cache_dir)  # before anything is allocated
+        parsed = {}
+        for path in (p for paths in files.values() for p in paths):
+            parsed[path] = read_letor_file(
+                path, cache_dir=self.cache_dir, verify_hash=self.verify_cache_hash
+            )
+            parsed[path].check_values(
+                nan_policy=self.nan_policy,
+                null_value=self.null_value,
+                label_range=self.label_range,
+            )
+        return parsed
 
     def _feature_set(self, files, parsed) -> tuple[int, np.ndarray]:
         """F (the largest feature index written in training) and the features to drop: those
@@ -568,6 +597,16 @@ class LetorDataModule(pl.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train")
+
+    def transfer_batch_to_device(self, batch, device: torch.device, dataloader_idx: int):
+        """A batch already on ``device`` (gathered there from the split's tensors) as it is:
+        Lightning's walk over the batch dict costs a fraction of a millisecond per step; any
+        other batch goes through Lightning's own transfer."""
+        if isinstance(batch, dict) and all(
+            isinstance(value, torch.Tensor) and value.device == device for value in batch.values()
+        ):
+            return batch
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("val")

@@ -102,6 +102,18 @@ def test_reproduce_tiny_suite_with_a_peer(tmp_path):
     assert "| ranknet | ours |" in text and "| meta |" not in text
 
 
+def test_peers_script_reads_the_data_of_hydra_overrides(tmp_path, monkeypatch, capsys):
+    """``peers.py --overrides data=...`` reads the fold through the same data config as
+    train.py and reproduce.py (here the tiny synthetic set), not through --root."""
+    overrides = ["data=synthetic", "data.n_train_queries=40", "data.n_val_queries=20"]
+    argv = ["peers.py", "--peers", "ranksvm", "--tiny", "--folds", "1", "--runs", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", [*argv, "--overrides", *overrides, "data.n_test_queries=20"])
+    peers.main()
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert row["peer"] == "ranksvm" and row["fold"] == 1 and 0.0 < row["map"] <= 1.0
+    assert (tmp_path / "peer_ranksvm" / "fold1" / "predictions" / "test.txt").is_file()
+
+
 @pytest.mark.parametrize("peer", ["lightgbm", "xgboost"])
 def test_tree_peers_tiny(peer, tmp_path):
     pytest.importorskip(peers.MODULES[peer])

@@ -14,6 +14,7 @@ import warnings
 from pathlib import Path
 
 import pytorch_lightning as pl
+import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
@@ -176,6 +177,12 @@ def make_trainer(cfg: DictConfig) -> pl.Trainer:
         enable_progress_bar=any(isinstance(c, pl.callbacks.ProgressBar) for c in callbacks),
     )
     check_ddp_launch(trainer)
+    # trainer.deterministic=true also makes torch fill every new tensor with NaN (so that a
+    # read of uninitialised memory is reproducible): a write of every batch's bytes before the
+    # gather writes them again (a quarter of the gather's time: benchmarks/epoch_overhead.py).
+    # Nothing here reads memory it has not written, so the deterministic kernels stay, the
+    # fill goes.
+    torch.utils.deterministic.fill_uninitialized_memory = False
     return trainer
 
 

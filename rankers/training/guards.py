@@ -7,8 +7,9 @@ validated epoch and early stopping ends the run after ``patience`` epochs.
 
 :class:`FiniteGuard` stops the run at the first non-finite training loss, or at a validation
 that would score with non-finite weights, raising :class:`NonFiniteRunError` with the epoch,
-step, learning rate and a hint. It stops before anything is saved, so the checkpoints already
-written (each from a validation of finite weights) are kept as they are.
+step, learning rate and a hint. It reads the losses every ``check_every_n_steps`` steps (not at
+every step: a host read is a GPU sync) and always before a validation or checkpoint, so the
+checkpoints already written (each from a validation of finite weights) are kept as they are.
 
 Both are in ``conf/callbacks/default.yaml``; the rules are in ``docs/data.md``.
 """
@@ -74,33 +75,87 @@ class NonFiniteRunError(RuntimeError):
 
 
 class FiniteGuard(pl.Callback):
-    """Stop at the first non-finite training loss (checked before its backward pass, so the
-    weights are not updated with it) or non-finite weight at the start of a validation."""
+    """Stop at a non-finite training loss, or a non-finite weight at the start of a validation,
+    before anything is validated or saved from it.
+
+    Each training loss is copied into a buffer of ``check_every_n_steps`` values on its own
+    device (no host read: on a GPU a read waits for the step to finish, one sync per step, and
+    under DDP each check is also an all-reduce). The buffer is read when it is full, before
+    every validation and at the end of every training epoch; a non-finite loss is thus found at
+    most ``check_every_n_steps`` steps after it occurred, and the error names the step it
+    occurred at (and where it was found). The weights may have taken that many updates since,
+    but no checkpoint is written from them: Lightning's checkpoints are saved after a
+    validation or at the epoch end, after this guard's check.
+
+    Args:
+        check_every_n_steps: losses between two reads (``conf/callbacks/finite_guard.yaml``:
+            50; 1 reads every loss, as before its backward pass).
+    """
+
+    def __init__(self, check_every_n_steps: int = 50) -> None:
+        if isinstance(check_every_n_steps, bool) or not (
+            isinstance(check_every_n_steps, int) and check_every_n_steps >= 1
+        ):
+            raise ValueError(
+                f"check_every_n_steps must be an integer >= 1, got {check_every_n_steps!r}"
+            )
+        self.check_every_n_steps = check_every_n_steps
+        self._losses: torch.Tensor | None = None  # the unread losses, on the loss's device
+        self._steps: list[int] = []  # the global step of each unread loss
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._steps = []
 
     def on_before_backward(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor
     ) -> None:
-        finite = bool(torch.isfinite(loss.detach()).all())
+        value = loss.detach()
+        if self._losses is None or self._losses.device != value.device:
+            self._losses = torch.zeros(self.check_every_n_steps, device=value.device)
+            self._steps = []
+        self._losses[len(self._steps)] = value if value.dim() == 0 else value.sum()
+        self._steps.append(trainer.global_step)
+        if len(self._steps) == self.check_every_n_steps:
+            self._check_losses(trainer)
+
+    def _check_losses(self, trainer: pl.Trainer) -> None:
+        """Read the unread losses (one host read); stop at the first non-finite one."""
+        if not self._steps:
+            return
+        steps, self._steps = self._steps, []
+        losses = self._losses[: len(steps)]
+        finite = bool(torch.isfinite(losses).all())
         # Every process stops together (one stopping alone would leave the others waiting).
-        if not trainer.strategy.reduce_boolean_decision(finite, all=True):
-            value = float(loss.detach().float().sum())
-            elsewhere = " here, not finite in another process," if finite else ""
-            self._stop(trainer, f"the training loss is {value}{elsewhere}")
+        if trainer.strategy.reduce_boolean_decision(finite, all=True):
+            return
+        if finite:
+            where = f"steps {steps[0]}-{steps[-1]}"
+            self._stop(trainer, f"the training loss of {where} is finite here, not elsewhere,")
+        first = int(torch.isfinite(losses).logical_not().nonzero()[0, 0])
+        found = (
+            ""
+            if steps[first] == trainer.global_step
+            else f" (found at step {trainer.global_step}: the losses are read every "
+            f"{self.check_every_n_steps} steps)"
+        )
+        self._stop(trainer, f"the training loss is {float(losses[first])}", steps[first], found)
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking:
             return
+        self._check_losses(trainer)
         for name, parameter in pl_module.named_parameters():
             if not bool(torch.isfinite(parameter.detach()).all()):
                 self._stop(trainer, f"weight {name} is not finite, so validation scores are not")
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._check_losses(trainer)
         loss = trainer.callback_metrics.get("train/loss")  # full-batch solvers: no backward
         if loss is not None and not math.isfinite(float(loss)):
             self._stop(trainer, f"the epoch's training loss is {float(loss)}")
 
     @staticmethod
-    def _stop(trainer: pl.Trainer, what: str) -> None:
+    def _stop(trainer: pl.Trainer, what: str, step: int | None = None, found: str = "") -> None:
         rates = [group["lr"] for opt in trainer.optimizers for group in opt.param_groups]
         rate = f"{rates[0]:g}" if rates else "none"
         hint = (
@@ -117,7 +172,8 @@ class FiniteGuard(pl.Callback):
             else "no checkpoint had been saved yet (no validation had finished)"
         )
         raise NonFiniteRunError(
-            f"{what} at epoch {trainer.current_epoch}, step {trainer.global_step} (learning "
+            f"{what} at epoch {trainer.current_epoch}, step "
+            f"{trainer.global_step if step is None else step}{found} (learning "
             f"rate {rate}): the run is stopped. {hint}or check the features "
             f"(data.nan_policy, data.normalization) and the loss. {checkpoints}"
         )

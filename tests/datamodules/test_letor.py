@@ -257,6 +257,18 @@ def test_eval_loaders_serve_every_row_and_query_exactly_once(s_files):
     assert rows_seen(dm.test_dataloader()) == rows_seen(dm.test_dataloader())
 
 
+def test_a_batch_already_on_the_device_is_not_walked_again(s_files):
+    """Batches are gathered on the training device: Lightning's transfer passes them as they
+    are (no per-step walk); anything else still goes through Lightning's own transfer."""
+    dm = module(s_files)
+    dm.setup()
+    batch = next(iter(dm.train_dataloader()))
+    assert dm.transfer_batch_to_device(batch, torch.device("cpu"), 0) is batch
+    mixed = {"features": batch["features"], "names": ["a", "b"]}
+    moved = dm.transfer_batch_to_device(mixed, torch.device("cpu"), 0)
+    assert moved["names"] == ["a", "b"] and moved["features"] is batch["features"]
+
+
 def test_doc_index_points_at_the_rows_of_the_source_text(s_files):
     dm = module(s_files, normalization="none")
     split = dm.split_data("train")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import differank.losses.algorithms.cone_active_set as active_set_module
 import differank.losses.cone as cone_module
 from differank.losses.algorithms.cone_active_set import (
     active_set_fold_in,
@@ -132,6 +133,25 @@ def test_static_fold_in_equals_the_eager_solver_and_reports_convergence():
         objective = lambda v: ((v @ gram) * v).sum(-1) - 2 * (linear * v).sum(-1)  # noqa: E731
         assert (objective(w) >= objective(exact) - 1e-9).all()
         assert not converged.all()
+
+
+def test_static_fold_in_gives_the_same_minimiser_from_the_face_table_and_per_row_solves(
+    monkeypatch,
+):
+    """Each row's face map gathered from the table of all 2^K faces, or each row's bordered
+    system solved: the same iterations (the table when it has fewer faces than the solves)."""
+    g = torch.Generator().manual_seed(2)
+    basis = torch.randn(9, 6, generator=g, dtype=torch.float64)
+    gram, linear = basis.T @ basis, torch.randn(300, 6, generator=g, dtype=torch.float64) * 3
+    for total in (None, 1.0):
+        options = dict(total=total, tol=0.0, iterations=8, full_rank=True)
+        table = static_active_set_fold_in(gram, linear, **options)
+        with monkeypatch.context() as patched:
+            patched.setattr(active_set_module, "_TABLE_MAX_BASIS", 0)  # per-row solves
+            solved = static_active_set_fold_in(gram, linear, **options)
+        torch.testing.assert_close(table[0], solved[0], rtol=1e-10, atol=1e-12)
+        assert torch.equal(table[1], solved[1]) and torch.equal(table[2], solved[2])
+        assert table[2].all()
 
 
 def test_static_fold_in_with_a_singular_basis_starts_classically():

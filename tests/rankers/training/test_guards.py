@@ -5,13 +5,18 @@ stops the run at once, naming epoch, step and learning rate, with the saved chec
 import logging
 import math
 import re
+from types import SimpleNamespace
 
 import pytest
 import pytorch_lightning as pl
 import torch
 
 from differank.datamodules.reader import write_letor
-from differank.rankers.training.guards import NonFiniteRunError, validation_signal_problem
+from differank.rankers.training.guards import (
+    FiniteGuard,
+    NonFiniteRunError,
+    validation_signal_problem,
+)
 from tests.conftest import TINY_DATA, TINY_RUN
 from train import compose_run, train
 
@@ -103,3 +108,62 @@ def test_weights_gone_non_finite_stop_the_run_and_keep_the_finite_checkpoints(tm
         checkpoint = torch.load(tmp_path / "run" / "checkpoints" / name, weights_only=True)
         assert checkpoint["epoch"] == 0
         assert all(torch.isfinite(v).all() for v in checkpoint["state_dict"].values())
+
+
+def fake_trainer(all_processes_finite=None):
+    """What FiniteGuard reads of a Trainer; ``all_processes_finite``: another process' answer."""
+
+    def reduce_boolean_decision(finite, all):
+        return finite if all_processes_finite is None else all_processes_finite
+
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.5)
+    strategy = SimpleNamespace(reduce_boolean_decision=reduce_boolean_decision)
+    return SimpleNamespace(
+        global_step=0,
+        current_epoch=2,
+        strategy=strategy,
+        optimizers=[optimizer],
+        checkpoint_callback=None,
+        sanity_checking=False,
+        callback_metrics={},
+    )
+
+
+def feed(guard, trainer, losses):
+    for value in losses:
+        guard.on_before_backward(trainer, None, torch.tensor(value))
+        trainer.global_step += 1
+
+
+def test_finite_guard_reads_the_losses_every_n_steps_and_names_the_step_of_the_first_bad_one():
+    guard, trainer = FiniteGuard(check_every_n_steps=3), fake_trainer()
+    feed(guard, trainer, [1.0, math.nan])  # kept on the device: not read yet
+    found = r"\(found at step 2: the losses are read every 3 steps\)"
+    with pytest.raises(NonFiniteRunError, match=rf"loss is nan at epoch 2, step 1 {found}"):
+        feed(guard, trainer, [math.inf])  # the third loss: the buffer is read
+    guard, trainer = FiniteGuard(check_every_n_steps=1), fake_trainer()
+    feed(guard, trainer, [1.0])
+    with pytest.raises(NonFiniteRunError, match=r"loss is inf at epoch 2, step 1 \(learning"):
+        feed(guard, trainer, [math.inf])  # every loss read: found at its own step
+
+
+@pytest.mark.parametrize("hook", ["on_train_epoch_end", "on_validation_start"])
+def test_finite_guard_reads_the_unread_losses_at_an_epoch_end_and_before_a_validation(hook):
+    guard, trainer = FiniteGuard(check_every_n_steps=50), fake_trainer()
+    feed(guard, trainer, [1.0, 2.0])
+    getattr(guard, hook)(trainer, torch.nn.Linear(2, 1))  # finite: the run goes on
+    feed(guard, trainer, [3.0, -math.inf, 4.0])
+    with pytest.raises(NonFiniteRunError, match="loss is -inf at epoch 2, step 3 .found at step 5"):
+        getattr(guard, hook)(trainer, torch.nn.Linear(2, 1))
+
+
+def test_finite_guard_stops_every_process_when_another_one_saw_a_bad_loss():
+    guard, trainer = FiniteGuard(check_every_n_steps=2), fake_trainer(all_processes_finite=False)
+    with pytest.raises(NonFiniteRunError, match="loss of steps 0-1 is finite here, not elsewhere"):
+        feed(guard, trainer, [1.0, 2.0])
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "50"])
+def test_finite_guard_refuses_a_check_interval_that_is_not_a_positive_integer(bad):
+    with pytest.raises(ValueError, match="check_every_n_steps must be an integer >= 1"):
+        FiniteGuard(check_every_n_steps=bad)

@@ -1,6 +1,8 @@
 """RankingModule / FullBatchModule glue: compatibility checks, penalties, constraints, outputs,
 the run record in checkpoints, the progress bar's metrics and the console callback."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from torch import nn
@@ -82,7 +84,6 @@ def test_penalty_is_l1_plus_l2_on_weights_only():
         RankingModule(LinearRanker, RankNetLoss(), adam, n_features=3, l1=-1.0)
 
 
-@pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")  # no Trainer here
 def test_training_step_and_constraint_hook():
     # training_step: the batch's loss plus the weight penalty
     linear = RankingModule(LinearRanker, RankNetLoss(), adam, n_features=3, l2=2.0)
@@ -114,6 +115,28 @@ def test_training_step_and_constraint_hook():
     expected = torch.tensor([[3**-0.5, 0.2]]).expand(3, 2)
     torch.testing.assert_close(module.ranker.basis.detach(), expected)
     assert module.ranker.basis.norm(dim=0).tolist() == pytest.approx([1.0, 0.2 * 3**0.5])
+
+
+def test_train_loss_is_logged_once_per_epoch_as_the_query_weighted_mean(monkeypatch):
+    """No ``self.log`` per step (Lightning's bookkeeping cost more than the batch's gather):
+    the steps sum ``queries x loss`` on the device and the epoch's end logs the weighted mean,
+    the value a per-step ``self.log(on_epoch=True, batch_size=B)`` gave."""
+    module = RankingModule(LinearRanker, RankNetLoss(), adam, n_features=3, l2=1.0)
+    logged = []
+    monkeypatch.setattr(module, "log", lambda name, value, **kw: logged.append((name, value, kw)))
+    one_query = {key: value[:1] for key, value in batch().items()}
+    losses = [module.batch_loss(b).item() for b in (batch(), one_query)]
+    module.on_train_epoch_start()
+    for b in (batch(), one_query):
+        module.training_step(b, 0)
+    assert logged == []
+    module.on_train_epoch_end()
+    ((name, value, options),) = logged
+    assert name == "train/loss" and options["batch_size"] == 3
+    assert value.item() == pytest.approx((2 * losses[0] + losses[1]) / 3)  # no penalty in it
+    assert options["sync_dist"] and options["prog_bar"]
+    module.on_train_epoch_end()  # an epoch without steps logs nothing
+    assert len(logged) == 1
 
 
 def test_scores_by_row_requires_every_row_exactly_once():
@@ -193,6 +216,26 @@ def test_progress_bar_shows_logged_metrics_without_the_logger_version(monkeypatc
         lambda self, trainer, module: {"v_num": 3, "val/map": 0.5},
     )
     assert ProgressBar().get_metrics(None, None) == {"val/map": 0.5}
+
+
+def test_progress_bar_redraws_the_training_bar_at_most_every_min_interval(monkeypatch):
+    import pytorch_lightning as pl
+
+    drawn = []
+    monkeypatch.setattr(
+        pl.callbacks.RichProgressBar,
+        "on_train_batch_end",
+        lambda self, trainer, module, outputs, batch, batch_idx: drawn.append(batch_idx),
+    )
+    trainer = SimpleNamespace(num_training_batches=5)
+    for interval, expected in ((3600.0, [0, 4]), (0.0, [0, 1, 2, 3, 4])):
+        drawn.clear()
+        bar = ProgressBar(min_interval=interval)
+        for batch_idx in range(5):
+            bar.on_train_batch_end(trainer, None, None, None, batch_idx)
+        assert drawn == expected  # the first batch, then the epoch's last (or every one)
+    with pytest.raises(ValueError, match="min_interval must be >= 0"):
+        ProgressBar(min_interval=-1)
 
 
 def test_run_console_keeps_its_best_across_a_resume_and_checks_its_mode():
