@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import time
 import traceback
@@ -250,6 +251,8 @@ def run_job(job: Job) -> dict:
     record = job.run_dir / "result.json"
     if record.is_file():
         return json.loads(record.read_text())
+    if job.run_dir.is_dir():  # an interrupted or failed run: redone from an empty folder, so
+        shutil.rmtree(job.run_dir)  # a stale checkpoint never stands in for the new one
     torch.set_num_threads(1)
     overrides = [*job.overrides, f"seed={job.seed}", f"++data.fold={job.fold}", "quiet=true"]
     start, cpu = time.perf_counter(), time.process_time()
