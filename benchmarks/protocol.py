@@ -113,7 +113,7 @@ class Profile:
 
 PROFILES = {
     "full": Profile(
-        trials={"linear": 8, "conerank": 6, "transformer": 4, "peer": 8},
+        trials={"linear": 8, "conerank": 8, "transformer": 4, "peer": 8},
         seeds=3,
         folds=(1, 2, 3, 4, 5),
         rows=tuple(ROWS),
@@ -249,10 +249,13 @@ def run_job(job: Job) -> dict:
     MAP, where its prediction files are). Cached: a run whose ``result.json`` exists is read,
     not redone."""
     record = job.run_dir / "result.json"
+    what = json.loads(json.dumps({"overrides": job.overrides, "setting": dict(job.setting)}))
     if record.is_file():
-        return json.loads(record.read_text())
-    if job.run_dir.is_dir():  # an interrupted or failed run: redone from an empty folder, so
-        shutil.rmtree(job.run_dir)  # a stale checkpoint never stands in for the new one
+        cached = json.loads(record.read_text())
+        if cached.get("job", what) == what:
+            return cached
+    if job.run_dir.is_dir():  # an interrupted, failed or changed run: redone from an empty
+        shutil.rmtree(job.run_dir)  # folder, so a stale checkpoint never stands in for it
     torch.set_num_threads(1)
     overrides = [*job.overrides, f"seed={job.seed}", f"++data.fold={job.fold}", "quiet=true"]
     start, cpu = time.perf_counter(), time.process_time()
@@ -285,6 +288,7 @@ def run_job(job: Job) -> dict:
         traceback.print_exc()
         row = {"error": " ".join(f"{type(error).__name__}: {error}".split())}
     row.update(seconds=time.perf_counter() - start, cpu_seconds=time.process_time() - cpu)
+    row["job"] = what  # a cached run is reused only for the same overrides and setting
     if "error" not in row:  # a failure is tried again by the next invocation
         record.write_text(json.dumps(row) + "\n")
     return row

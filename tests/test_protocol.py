@@ -75,6 +75,24 @@ def test_a_second_invocation_reuses_every_cached_run(smoke, capsys):
     assert first.split("\n", 1)[1] == second.split("\n", 1)[1]  # the same table
 
 
+def test_a_cached_run_of_another_setting_is_redone(smoke, monkeypatch):
+    """A run folder is named by its trial number: when the space changes, trial 1 is another
+    setting, and its old result must not stand in for it."""
+    folder, _, _ = smoke
+    row = protocol.Row("listnet")
+    run_dir = folder / "runs" / "synthetic" / "listnet-linear" / "trial1" / "fold1"
+    cached = protocol.json.loads((run_dir / "result.json").read_text())
+    same = protocol.Job(row, tuple(cached["job"]["overrides"]), (), 1, 0, run_dir, True)
+    assert protocol.run_job(same) == cached  # read, not redone
+    trained = []
+    monkeypatch.setattr(protocol, "train_script", lambda: {"train": trained.append})
+    changed = protocol.Job(
+        row, (*same.overrides, "model.optimizer.lr=0.5"), (), 1, 0, run_dir, True
+    )
+    assert "error" in protocol.run_job(changed)  # redone: the stand-in train() fails it
+    assert not (run_dir / "result.json").exists() and not (run_dir / "checkpoints").exists()
+
+
 def test_each_chosen_setting_is_written_as_an_experiment_that_composes(smoke):
     import yaml
     from reproduce import train_script
