@@ -264,3 +264,27 @@ def nan_for_nonfinite_scores(
     marker = torch.where(poisoned, float("nan"), 0.0).to(per_query.dtype)
     kept = torch.where(poisoned, values.to(per_query.dtype), 0.0)
     return per_query + (kept * marker).flatten(1).sum(dim=-1)
+
+
+def usable_eager_result(
+    lowest: torch.Tensor, per_query: torch.Tensor, other: torch.Tensor | None = None
+) -> bool:
+    """Whether a loss's CPU eager shortcut, computed on the raw inputs without the rule's
+    O(B·L) checks, is the rule's result: every real label is a finite grade (``lowest``, each
+    query's lowest real label, is ``>= 0`` and not NaN; ``+inf`` for a query without real
+    documents) and ``per_query`` (and ``other``) [B] are finite. One host read for the batch;
+    on False the loss takes its general path.
+
+    Example:
+        >>> lowest = torch.tensor([0.0, math.inf])
+        >>> usable_eager_result(lowest, torch.tensor([0.7, 0.0]))
+        True
+        >>> usable_eager_result(lowest, torch.tensor([float("nan"), 0.0]))
+        False
+    """
+    # 0 · (NaN or ±inf) is NaN, and so is 0 · x · y if x or y is: min(lowest + 0 · ...) >= 0
+    # checks everything at once
+    per_query = per_query.detach()
+    if other is None:
+        return float(torch.add(lowest, per_query, alpha=0.0).amin()) >= 0
+    return float(torch.addcmul(lowest, per_query, other, value=0.0).amin()) >= 0

@@ -17,6 +17,7 @@ from differank.losses.inputs import (
     list_loss,
     may_read_values,
     nan_for_nonfinite_scores,
+    usable_eager_result,
 )
 from differank.losses.module_form import LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
@@ -87,9 +88,8 @@ def _listnet_on_usable_inputs(
     # -Σ softmax(labels) · log softmax(scores), one fused call
     per_query = F.cross_entropy(logits, real_labels.softmax(-1), reduction="none")
     lowest = torch.where(mask, as_float, math.inf).amin(-1)  # NaN, -inf or < 0 if one is
-    # a non-finite score or label makes per_query NaN or ±inf, and 0·(NaN or ±inf) is NaN; so
-    # the batch is usable iff min(lowest + 0·per_query) >= 0: one read for the whole batch
-    if not float(torch.add(lowest, per_query.detach(), alpha=0.0).amin()) >= 0.0:
+    # a non-finite score or label makes per_query NaN or ±inf
+    if not usable_eager_result(lowest, per_query):
         return None
     return per_query, real_labels.amax(-1) > lowest
 

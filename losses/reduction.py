@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from differank.losses.inputs import may_read_values
+
 REDUCTIONS = ("none", "mean", "sum")
 
 
@@ -37,6 +39,9 @@ def reduce_queries(per_query: torch.Tensor, valid: torch.Tensor, reduction: str)
         tensor([2., 0., 4.])
     """
     check_reduction(reduction)
+    # on the CPU eager path the count is free to read, and usually every query is valid
+    if may_read_values(valid) and 0 < int(valid.sum()) == valid.numel():
+        return per_query if reduction == "none" else getattr(per_query, reduction)()
     per_query = torch.where(valid, per_query, 0.0)
     if reduction == "none":
         return per_query
