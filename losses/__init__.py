@@ -33,7 +33,14 @@ from differank.losses.lambdaloss import LambdaLoss, lambda_loss
 from differank.losses.listmle import ListMLELoss, listmle_loss
 from differank.losses.listnet import ListNetLoss, listnet_loss
 from differank.losses.neural_ndcg import NeuralNDCGLoss, neural_ndcg_loss
-from differank.losses.pointwise import MSELoss, SigmoidBCELoss, mse_loss, sigmoid_bce_loss
+from differank.losses.pointwise import (
+    MSELoss,
+    OrdinalLoss,
+    SigmoidBCELoss,
+    mse_loss,
+    ordinal_loss,
+    sigmoid_bce_loss,
+)
 from differank.losses.ranknet import RankNetLoss, ranknet_loss
 from differank.losses.reduction import reduce_queries
 from differank.losses.softmax import (
@@ -56,6 +63,7 @@ __all__ = [
     "ListNetLoss",
     "MSELoss",
     "NeuralNDCGLoss",
+    "OrdinalLoss",
     "Poly1SoftmaxLoss",
     "RankNetLoss",
     "SigmoidBCELoss",
@@ -74,6 +82,7 @@ __all__ = [
     "mse_loss",
     "neural_ndcg_loss",
     "neural_sort",
+    "ordinal_loss",
     "pair_differences",
     "poly1_softmax_loss",
     "preference_mask",

@@ -30,6 +30,7 @@ from differank.losses import (
     ListNetLoss,
     MSELoss,
     NeuralNDCGLoss,
+    OrdinalLoss,
     Poly1SoftmaxLoss,
     RankNetLoss,
     SigmoidBCELoss,
@@ -46,6 +47,7 @@ from differank.losses import (
     listnet_loss,
     mse_loss,
     neural_ndcg_loss,
+    ordinal_loss,
     poly1_softmax_loss,
     ranknet_loss,
     sigmoid_bce_loss,
@@ -352,6 +354,21 @@ CASES: dict[str, LossCase] = {
         LossCase("bce", sigmoid_bce_loss, SigmoidBCELoss, oracles_standard.sigmoid_bce_oracle),
         # the squared error's gradient 2(s - l) leaves fp16's range (65504) at scores of 3e4
         LossCase("mse", mse_loss, MSELoss, oracles_standard.mse_oracle, half_scale=1e3),
+        LossCase(
+            "ordinal",
+            ordinal_loss,
+            OrdinalLoss,
+            partial(oracles_standard.ordinal_oracle, n=2),
+            options={"n": 2},
+        ),
+        LossCase(
+            "ordinal_thresholds",
+            ordinal_loss,
+            OrdinalLoss,
+            partial(oracles_standard.ordinal_oracle, n=3, thresholds=(-0.5, 0.25, 2.0)),
+            options={"n": 3, "thresholds": (-0.5, 0.25, 2.0)},
+            slow={"compile": "a variant of ordinal, which compiles in the default suite"},
+        ),
         *(
             LossCase(
                 f"approx_{metric}",
