@@ -18,6 +18,7 @@ from differank.losses.algorithms.pairs import (
     valid_queries,
 )
 from differank.losses.algorithms.soft_sorting import (
+    gumbel_perturbed_scores,
     neural_sort,
     sinkhorn,
     soft_rank,
@@ -75,6 +76,7 @@ __all__ = [
     "cone_loss",
     "convex_loss",
     "domination_loss",
+    "gumbel_perturbed_scores",
     "label_margins",
     "lambda_loss",
     "listmle_loss",
