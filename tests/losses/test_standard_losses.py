@@ -17,6 +17,7 @@ from differank.losses import (
     ListMLELoss,
     MSELoss,
     NeuralNDCGLoss,
+    OrdinalLoss,
     Poly1SoftmaxLoss,
     SigmoidBCELoss,
     SoftmaxLoss,
@@ -28,6 +29,7 @@ from differank.losses import (
     mse_loss,
     neural_ndcg_loss,
     neural_sort,
+    ordinal_loss,
     poly1_softmax_loss,
     sigmoid_bce_loss,
     sinkhorn,
@@ -88,6 +90,14 @@ CASES = {
         oracles.listmle_oracle,
         {"ties": "index", "position_aware": True},
     ),
+    **{
+        f"{name}-eps0": (listmle_loss, ListMLELoss, oracles.listmle_oracle, {**options, "eps": 0.0})
+        for name, options in {
+            "listmle": {"ties": "index"},
+            "p-listmle": {"ties": "index", "position_aware": True},
+        }.items()
+    },
+    "ordinal-n4": (ordinal_loss, OrdinalLoss, oracles.ordinal_oracle, {"n": 4}),
     "softmax": (softmax_loss, SoftmaxLoss, oracles.softmax_oracle, {}),
     "poly1": (poly1_softmax_loss, Poly1SoftmaxLoss, oracles.poly1_softmax_oracle, {}),
     "poly1-eps0.5": (
