@@ -288,3 +288,40 @@ def usable_eager_result(
     if other is None:
         return float(torch.add(lowest, per_query, alpha=0.0).amin()) >= 0
     return float(torch.addcmul(lowest, per_query, other, value=0.0).amin()) >= 0
+
+
+def every_document_real(mask: torch.Tensor) -> bool:
+    """True when the bool ``mask`` marks every document real (one free read on the CPU eager
+    path): the loss may then skip its masked fills and take each query's lowest and highest label
+    over the whole row. False elsewhere, where values are not read."""
+    return may_read_values(mask) and bool(mask.all())
+
+
+def unpadded_eager_validity(
+    lowest: torch.Tensor, highest: torch.Tensor, per_query: torch.Tensor
+) -> tuple[bool, torch.Tensor | None]:
+    """:func:`usable_eager_result` for lists without padding, with the queries' validity in the
+    same read: ``(usable, valid)``. ``lowest`` and ``highest`` [B] are each query's lowest and
+    highest label (NaN if one is NaN); ``valid`` is ``highest > lowest`` [B] bool (two distinct
+    grades), or None when every query is valid, the common case that needs no masking.
+
+    Example:
+        >>> unpadded_eager_validity(torch.tensor([0.0, 1.0]), torch.tensor([2.0, 3.0]),
+        ...                         torch.tensor([0.5, 0.7]))
+        (True, None)
+        >>> unpadded_eager_validity(torch.tensor([0.0, 1.0]), torch.tensor([0.0, 3.0]),
+        ...                         torch.tensor([0.5, 0.7]))
+        (True, tensor([False,  True]))
+        >>> unpadded_eager_validity(torch.tensor([-1.0]), torch.tensor([2.0]), torch.tensor([0.5]))
+        (False, None)
+    """
+    # lowest + 0 · loss · highest is NaN if any of them is non-finite, and < 0 for a negative
+    # grade; an invalid query reads as -1 here, so one read settles the common case
+    check = torch.addcmul(lowest, per_query.detach(), highest, value=0.0)
+    valid = highest > lowest
+    if float(torch.where(valid, check, -1.0).amin()) >= 0:
+        return True, None
+    if float(check.amin()) >= 0:  # usable, some query without two grades
+        return True, valid
+    return False, None
+

@@ -11,11 +11,13 @@ from differank.losses.algorithms.pairs import valid_queries
 from differank.losses.inputs import (
     check_list_inputs,
     compute_dtype,
+    every_document_real,
     finite_scores,
     list_inputs,
     list_loss,
     may_read_values,
     nan_for_nonfinite_scores,
+    unpadded_eager_validity,
     usable_eager_result,
 )
 from differank.losses.module_form import LossModule
@@ -33,7 +35,7 @@ def check_listmle_options(ties: str, eps: float) -> None:
 
 
 def reversed_label_order(
-    labels: torch.Tensor, mask: torch.Tensor, *, ties: str = "random"
+    labels: torch.Tensor, mask: torch.Tensor | None, *, ties: str = "random"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The label order read backwards: ``(keys, order)`` with ``order`` a permutation sorting
     each query by increasing label, padding first, and ``keys`` the sorted labels (padding
@@ -44,6 +46,8 @@ def reversed_label_order(
     permutation of the slots from the global stream, shared by the batch as allRank's shuffle,
     then a sort), or by index in ``π`` (``ties="index"``: the lower slot first).
 
+    ``mask=None``: every document is real (no fill).
+
     Shape:
         labels, mask: [B, L] -> ([B, L] labels' dtype, [B, L] int64).
 
@@ -52,7 +56,7 @@ def reversed_label_order(
         ...                      torch.tensor([[True, True, True, False]]), ties="index")
         (tensor([[-inf, 1., 1., 2.]]), tensor([[3, 2, 0, 1]]))
     """
-    key = torch.where(mask, labels, float("-inf"))
+    key = labels if mask is None else torch.where(mask, labels, float("-inf"))
     length = labels.shape[-1]
     if ties == "index":  # a stable sort of the reversed slots puts the higher slot first
         keys, order = key.flip(-1).sort(dim=-1, stable=True)
@@ -68,30 +72,35 @@ class _PlackettLuce(torch.autograd.Function):
     """:func:`plackett_luce` with its gradient written out: one autograd node instead of a
     dozen, which is what an O(L) loss costs at the list sizes of LETOR data. The gradient of
     ``T_i = Σ_{j≥i} exp(s_πj - m) + eps`` is a prefix sum over ``π``; ``m`` is differentiated
-    like ``amax``: ``∂L/∂m = eps · Σ_i α_i / T_i``, shared evenly by tied maxima."""
+    like ``amax``: ``∂L/∂m = eps · Σ_i α_i / T_i``, shared evenly by tied maxima. ``mask`` and
+    ``alpha`` None: no padding, every weight 1 (no fill, a plain sum)."""
 
     @staticmethod
     def forward(ctx, scores, mask, order, alpha, eps):
-        lowest = torch.finfo(scores.dtype).min / 2
-        ranked = torch.where(mask, scores, lowest).gather(-1, order)  # backwards, padding first
+        if mask is not None:
+            scores = torch.where(mask, scores, torch.finfo(scores.dtype).min / 2)
+        ranked = scores.gather(-1, order)  # backwards, padding first
         shifted = ranked - ranked.amax(dim=-1, keepdim=True)  # exactly 0 at the maxima
         exps = shifted.exp()
         tails = exps.cumsum(dim=-1).add_(eps)  # T_i, backwards: a prefix sum of the layout
-        if eps == 0:  # T_i = 0 at padding: keep its log and 1 / T_i finite (α_i = 0 there)
+        if eps == 0 and alpha is not None:  # T_i = 0 at padding: keep log, 1 / T_i finite
             tails.add_(alpha == 0)
         ctx.eps = eps
         ctx.save_for_backward(order, alpha, shifted, exps, tails)
-        return torch.linalg.vecdot(tails.log().sub_(shifted), alpha)
+        terms = tails.log().sub_(shifted)
+        return terms.sum(dim=-1) if alpha is None else torch.linalg.vecdot(terms, alpha)
 
     @staticmethod
     def backward(ctx, grad):
         order, alpha, shifted, exps, tails = ctx.saved_tensors
-        share = alpha / tails  # α_i / T_i
+        share = tails.reciprocal() if alpha is None else alpha / tails  # α_i / T_i
         # ∂L/∂(s_πk - m) = exp(s_πk - m) · Σ_{i≤k} α_i / T_i - α_k: a suffix sum of the layout
-        ranked_grad = share.flip(-1).cumsum(dim=-1).flip(-1).mul_(exps).sub_(alpha)
-        if ctx.eps > 0:
+        suffix = share.flip(-1).cumsum(dim=-1).flip(-1)
+        ranked_grad = suffix * exps
+        ranked_grad.sub_(1.0 if alpha is None else alpha)
+        if ctx.eps > 0:  # the suffix sum at slot 0 is Σ_i α_i / T_i
             is_top = shifted == 0
-            through_top = share.sum(dim=-1, keepdim=True).mul_(ctx.eps)
+            through_top = suffix[:, :1] * ctx.eps
             ranked_grad.add_(is_top * through_top.div_(is_top.sum(dim=-1, keepdim=True)))
         ranked_grad.mul_(grad.unsqueeze(-1))
         scores_grad = torch.empty_like(ranked_grad).scatter_(-1, order, ranked_grad)
@@ -99,7 +108,11 @@ class _PlackettLuce(torch.autograd.Function):
 
 
 def plackett_luce(
-    scores: torch.Tensor, mask: torch.Tensor, order: torch.Tensor, alpha: torch.Tensor, eps: float
+    scores: torch.Tensor,
+    mask: torch.Tensor | None,
+    order: torch.Tensor,
+    alpha: torch.Tensor | None,
+    eps: float,
 ) -> torch.Tensor:
     """``Σ_i α_i (log(Σ_{j≥i} exp(s_πj - m) + eps) + m - s_πi)`` per query [B] from the scores
     (padding may hold anything, it is never read), the mask, and in
@@ -107,6 +120,7 @@ def plackett_luce(
     the real documents for ListMLE). ``m`` is the real maximum. Laid out backwards, the tail
     sums are one cumulative sum; padding is the dtype's lowest float / 2 (its exp is 0 and, with
     ``m`` never below it, every term is finite) and the terms are weighted by a product.
+    ``mask=None`` and ``alpha=None``: lists without padding, every weight 1.
 
     Shape:
         scores, mask, order, alpha: [B, L] -> [B].
@@ -124,10 +138,14 @@ def _position_weights(real: torch.Tensor) -> torch.Tensor:
 
 
 def _per_query(scores, labels, mask, ties, position_aware, eps):
-    """``(per-query loss [B], sorted label keys [B, L])`` of :func:`plackett_luce`."""
+    """``(per-query loss [B], sorted label keys [B, L])`` of :func:`plackett_luce`;
+    ``mask=None``: no padding."""
     keys, order = reversed_label_order(labels, mask, ties=ties)
-    real = keys.clamp(min=-1.0, max=0.0).add_(1.0)  # labels >= 0: 1, padding (-inf): 0
-    alpha = _position_weights(real) if position_aware else real
+    if mask is None:
+        alpha = _position_weights(torch.ones_like(keys)) if position_aware else None
+    else:
+        real = keys.clamp(min=-1.0, max=0.0).add_(1.0)  # labels >= 0: 1, padding (-inf): 0
+        alpha = _position_weights(real) if position_aware else real
     return plackett_luce(scores, mask, order, alpha, eps), keys
 
 
@@ -140,6 +158,10 @@ def _eager_listmle(scores, labels, mask, ties, position_aware, eps, reduction):
         return None
     dtype = compute_dtype(scores.dtype)
     labels = labels.to(dtype)
+    if every_document_real(mask):  # the sorted keys hold each query's lowest and highest label
+        per_query, keys = _per_query(scores.to(dtype), labels, None, ties, position_aware, eps)
+        usable, valid = unpadded_eager_validity(keys[:, 0], keys[:, -1], per_query)
+        return reduce_queries(per_query, valid, reduction) if usable else None
     per_query, keys = _per_query(scores.to(dtype), labels, mask, ties, position_aware, eps)
     lowest = torch.where(mask, labels, math.inf).amin(dim=-1)
     spread = (keys[:, -1] - lowest).clamp(min=0.0)  # > 0 for a valid query; 0 without documents

@@ -12,11 +12,13 @@ from differank.losses.algorithms.pairs import valid_queries
 from differank.losses.inputs import (
     check_list_inputs,
     compute_dtype,
+    every_document_real,
     finite_scores,
     list_inputs,
     list_loss,
     may_read_values,
     nan_for_nonfinite_scores,
+    unpadded_eager_validity,
     usable_eager_result,
 )
 from differank.losses.module_form import LossModule
@@ -25,26 +27,13 @@ from differank.losses.reduction import check_reduction, reduce_queries
 
 def _softmax_per_query(
     scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, epsilon: float
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(cross-entropy + epsilon · (1 - p_t) [B], valid [B])`` under the input rule, where
     the targets are ``t_i = l_i / Σ_j l_j`` and ``p_t = Σ_i t_i softmax(s)_i``; ``epsilon = 0``
-    is the plain softmax loss.
-
-    On the CPU eager path it is computed on the raw inputs and the rule's O(B·L) checks are
-    replaced by one free host read of [B] values after the fact (the general path runs only
-    when it finds work: an empty shape, a non-finite score, a non-finite or negative label at a
-    real document). Both paths compute :func:`_cross_entropy` on the same tensors."""
-    if may_read_values(scores):
-        check_list_inputs(scores, labels, mask)
-        if scores.numel() > 0:
-            dtype = compute_dtype(scores.dtype)
-            labels = labels.to(dtype)
-            relevance = torch.where(mask, labels, 0.0)
-            logits = torch.where(mask, scores.to(dtype), torch.finfo(dtype).min)
-            per_query = _cross_entropy(logits, relevance, epsilon)
-            lowest = torch.where(mask, labels, math.inf).amin(dim=-1)  # NaN, -inf, < 0 if one is
-            if usable_eager_result(lowest, per_query):
-                return per_query, relevance.amax(dim=-1) > lowest
+    is the plain softmax loss. ``valid`` is None when every query is valid."""
+    eager = _eager_softmax_per_query(scores, labels, mask, epsilon)
+    if eager is not None:
+        return eager
     scores, labels, mask = list_inputs(scores, labels, mask)
     safe = finite_scores(scores, mask)
     relevance = torch.where(mask, labels, 0.0)  # >= 0 where real (the rule)
@@ -52,6 +41,33 @@ def _softmax_per_query(
     per_query = _cross_entropy(logits, relevance, epsilon)
     valid = valid_queries(labels, mask)
     return nan_for_nonfinite_scores(per_query, scores, mask, valid), valid
+
+
+def _eager_softmax_per_query(
+    scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, epsilon: float
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """On the CPU eager path, :func:`_softmax_per_query` computed on the raw inputs, the rule's
+    O(B·L) checks replaced by one free host read of [B] values after the fact; None elsewhere or
+    when the rule finds work (an empty shape, a non-finite score, a non-finite or negative label
+    at a real document). Both paths compute :func:`_cross_entropy` on the same tensors."""
+    if not may_read_values(scores):
+        return None
+    check_list_inputs(scores, labels, mask)
+    if scores.numel() == 0:
+        return None
+    dtype = compute_dtype(scores.dtype)
+    labels = labels.to(dtype)
+    if every_document_real(mask):  # no padding to fill: the checks come from one aminmax
+        per_query = _cross_entropy(scores.to(dtype), labels, epsilon)
+        usable, valid = unpadded_eager_validity(*torch.aminmax(labels, dim=-1), per_query)
+        return (per_query, valid) if usable else None
+    relevance = torch.where(mask, labels, 0.0)
+    logits = torch.where(mask, scores.to(dtype), torch.finfo(dtype).min)
+    per_query = _cross_entropy(logits, relevance, epsilon)
+    lowest = torch.where(mask, labels, math.inf).amin(dim=-1)  # NaN, -inf, < 0 if one is
+    if not usable_eager_result(lowest, per_query):
+        return None
+    return per_query, relevance.amax(dim=-1) > lowest
 
 
 def _cross_entropy(logits: torch.Tensor, relevance: torch.Tensor, epsilon: float) -> torch.Tensor:
