@@ -13,6 +13,8 @@ from differank.losses.inputs import (
     compute_dtype,
     every_document_real,
     finite_scores,
+    float_labels,
+    in_dtype,
     list_inputs,
     list_loss,
     may_read_values,
@@ -80,7 +82,7 @@ class _PlackettLuce(torch.autograd.Function):
         if mask is not None:
             scores = torch.where(mask, scores, torch.finfo(scores.dtype).min / 2)
         ranked = scores.gather(-1, order)  # backwards, padding first
-        shifted = ranked - ranked.amax(dim=-1, keepdim=True)  # exactly 0 at the maxima
+        shifted = ranked.sub_(ranked.amax(dim=-1, keepdim=True))  # exactly 0 at the maxima
         exps = shifted.exp()
         tails = exps.cumsum(dim=-1).add_(eps)  # T_i, backwards: a prefix sum of the layout
         if eps == 0 and alpha is not None:  # T_i = 0 at padding: keep log, 1 / T_i finite
@@ -157,12 +159,12 @@ def _eager_listmle(scores, labels, mask, ties, position_aware, eps, reduction):
     if scores.numel() == 0:
         return None
     dtype = compute_dtype(scores.dtype)
-    labels = labels.to(dtype)
+    labels, scores = float_labels(labels, dtype), in_dtype(scores, dtype)
     if every_document_real(mask):  # the sorted keys hold each query's lowest and highest label
-        per_query, keys = _per_query(scores.to(dtype), labels, None, ties, position_aware, eps)
-        usable, valid = unpadded_eager_validity(keys[:, 0], keys[:, -1], per_query)
+        per_query, keys = _per_query(scores, labels, None, ties, position_aware, eps)
+        usable, valid = unpadded_eager_validity(keys.select(-1, 0), keys.select(-1, -1), per_query)
         return reduce_queries(per_query, valid, reduction) if usable else None
-    per_query, keys = _per_query(scores.to(dtype), labels, mask, ties, position_aware, eps)
+    per_query, keys = _per_query(scores, labels, mask, ties, position_aware, eps)
     lowest = torch.where(mask, labels, math.inf).amin(dim=-1)
     spread = (keys[:, -1] - lowest).clamp(min=0.0)  # > 0 for a valid query; 0 without documents
     if not usable_eager_result(lowest, per_query, spread):

@@ -14,6 +14,7 @@ from differank.losses.inputs import (
     every_document_real,
     finite_scores,
     float_labels,
+    in_dtype,
     list_inputs,
     list_loss,
     may_read_values,
@@ -86,12 +87,12 @@ def _listnet_on_usable_inputs(
     dtype = compute_dtype(scores.dtype)
     as_float = float_labels(labels, dtype)
     if every_document_real(mask):  # no padding to fill: the checks come from one aminmax
-        per_query = F.cross_entropy(scores.to(dtype), as_float.softmax(-1), reduction="none")
+        per_query = F.cross_entropy(in_dtype(scores, dtype), as_float.softmax(-1), reduction="none")
         usable, valid = unpadded_eager_validity(*torch.aminmax(as_float, dim=-1), per_query)
         return (per_query, valid) if usable else None
     very_negative = torch.finfo(dtype).min
     real_labels = torch.where(mask, as_float, very_negative)
-    logits = torch.where(mask, scores.to(dtype), very_negative)
+    logits = torch.where(mask, in_dtype(scores, dtype), very_negative)
     # -Σ softmax(labels) · log softmax(scores), one fused call
     per_query = F.cross_entropy(logits, real_labels.softmax(-1), reduction="none")
     lowest = torch.where(mask, as_float, math.inf).amin(-1)  # NaN, -inf or < 0 if one is

@@ -14,6 +14,8 @@ from differank.losses.inputs import (
     compute_dtype,
     every_document_real,
     finite_scores,
+    float_labels,
+    in_dtype,
     list_inputs,
     list_loss,
     may_read_values,
@@ -56,13 +58,13 @@ def _eager_softmax_per_query(
     if scores.numel() == 0:
         return None
     dtype = compute_dtype(scores.dtype)
-    labels = labels.to(dtype)
+    labels, scores = float_labels(labels, dtype), in_dtype(scores, dtype)
     if every_document_real(mask):  # no padding to fill: the checks come from one aminmax
-        per_query = _cross_entropy(scores.to(dtype), labels, epsilon)
+        per_query = _cross_entropy(scores, labels, epsilon)
         usable, valid = unpadded_eager_validity(*torch.aminmax(labels, dim=-1), per_query)
         return (per_query, valid) if usable else None
     relevance = torch.where(mask, labels, 0.0)
-    logits = torch.where(mask, scores.to(dtype), torch.finfo(dtype).min)
+    logits = torch.where(mask, scores, torch.finfo(dtype).min)
     per_query = _cross_entropy(logits, relevance, epsilon)
     lowest = torch.where(mask, labels, math.inf).amin(dim=-1)  # NaN, -inf, < 0 if one is
     if not usable_eager_result(lowest, per_query):
@@ -75,7 +77,7 @@ def _cross_entropy(logits: torch.Tensor, relevance: torch.Tensor, epsilon: float
     ``t = relevance / Σ relevance`` (0 for a query of zeros). Padding enters the softmax as the
     dtype's most negative value (probability an exact 0, log finite) with relevance 0."""
     total = relevance.sum(dim=-1, keepdim=True)
-    targets = relevance / total.clamp(min=torch.finfo(relevance.dtype).tiny)
+    targets = relevance / total.clamp_(min=torch.finfo(relevance.dtype).tiny)
     per_query = F.cross_entropy(logits, targets, reduction="none")  # one fused call
     if epsilon != 0:
         per_query = per_query + epsilon * (1.0 - torch.linalg.vecdot(logits.softmax(-1), targets))
