@@ -71,6 +71,7 @@ CHECKS = (
     "nonfinite_score",  # a non-finite score makes its query NaN
     "half",  # float16/bfloat16 computed in float32, gradient in the input dtype
     "empty",  # B = 0 or L = 0 give a graph-connected 0
+    "unpadded",  # lists without padding (mask all true): oracle, invalid and non-finite queries
     "module",  # the module equals the function
     "compile",  # torch.compile(fullgraph=True, backend="aot_eager") equals eager
     "host_reads",  # the static path runs on the meta device (no host read of a value)
@@ -291,6 +292,7 @@ CASES: dict[str, LossCase] = {
             ConvexLoss,
             oracles.per_query_oracle(oracles.convex_pair_space_oracle),
             options={"delta": "auc", "space": "pairs"},
+            slow={"unpadded": "the pair-space oracle takes ~18 s on the full lists"},
         ),
         LossCase(
             "cone",
