@@ -75,18 +75,18 @@ def check_list_inputs(
     which tensor the loss expects; the metrics turn it off. Only shapes and dtypes are read.
     """
     name, layout, dims = ("features", "[B, L, F]", 3) if features else ("scores", "[B, L]", 2)
-    shape = tuple(values.shape)
-    if suggest_model and values.dim() in (2, 3) and values.dim() != dims:  # the other layout
-        raise ValueError(_WRONG_LAYOUT[name].format(shape=shape))
     if values.dim() != dims:
+        shape = tuple(values.shape)
+        if suggest_model and values.dim() in (2, 3):  # the other layout
+            raise ValueError(_WRONG_LAYOUT[name].format(shape=shape))
         raise ValueError(f"{name} must be {layout}, got shape {shape}")
     if not values.is_floating_point():
         raise ValueError(f"{name} must be floating point, got {values.dtype}")
-    batch = list(shape[:2])
-    if tuple(labels.shape) != shape[:2]:
-        raise ValueError(f"labels must match {name} {batch}, got shape {tuple(labels.shape)}")
-    if tuple(mask.shape) != shape[:2]:
-        raise ValueError(f"mask must match {name} {batch}, got shape {tuple(mask.shape)}")
+    batch = values.shape[:2]
+    if labels.shape != batch:
+        raise ValueError(f"labels must match {name} {list(batch)}, got shape {tuple(labels.shape)}")
+    if mask.shape != batch:
+        raise ValueError(f"mask must match {name} {list(batch)}, got shape {tuple(mask.shape)}")
     if mask.dtype != torch.bool:  # the losses have made a 0/1 mask bool already (bool_mask)
         raise ValueError(f"mask must be {MASK_DTYPE_RULE}, got {mask.dtype}")
     if labels.is_complex():
@@ -166,7 +166,7 @@ def may_read_values(tensor: torch.Tensor) -> bool:
     Compiled (``torch.compile``) or on an accelerator, counts must come from hyperparameters or
     shapes: a host read there is a device synchronisation or a data-dependent graph break.
     """
-    return tensor.device.type == "cpu" and not torch.compiler.is_compiling()
+    return tensor.is_cpu and not torch.compiler.is_compiling()
 
 
 def nonempty_lists(
