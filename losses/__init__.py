@@ -18,6 +18,7 @@ from differank.losses.algorithms.pairs import (
     valid_queries,
 )
 from differank.losses.algorithms.soft_sorting import (
+    gumbel_perturbed_scores,
     neural_sort,
     sinkhorn,
     soft_rank,
@@ -33,7 +34,14 @@ from differank.losses.lambdaloss import LambdaLoss, lambda_loss
 from differank.losses.listmle import ListMLELoss, listmle_loss
 from differank.losses.listnet import ListNetLoss, listnet_loss
 from differank.losses.neural_ndcg import NeuralNDCGLoss, neural_ndcg_loss
-from differank.losses.pointwise import MSELoss, SigmoidBCELoss, mse_loss, sigmoid_bce_loss
+from differank.losses.pointwise import (
+    MSELoss,
+    OrdinalLoss,
+    SigmoidBCELoss,
+    mse_loss,
+    ordinal_loss,
+    sigmoid_bce_loss,
+)
 from differank.losses.ranknet import RankNetLoss, ranknet_loss
 from differank.losses.reduction import reduce_queries
 from differank.losses.softmax import (
@@ -56,6 +64,7 @@ __all__ = [
     "ListNetLoss",
     "MSELoss",
     "NeuralNDCGLoss",
+    "OrdinalLoss",
     "Poly1SoftmaxLoss",
     "RankNetLoss",
     "SigmoidBCELoss",
@@ -67,6 +76,7 @@ __all__ = [
     "cone_loss",
     "convex_loss",
     "domination_loss",
+    "gumbel_perturbed_scores",
     "label_margins",
     "lambda_loss",
     "listmle_loss",
@@ -74,6 +84,7 @@ __all__ = [
     "mse_loss",
     "neural_ndcg_loss",
     "neural_sort",
+    "ordinal_loss",
     "pair_differences",
     "poly1_softmax_loss",
     "preference_mask",

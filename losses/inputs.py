@@ -75,18 +75,18 @@ def check_list_inputs(
     which tensor the loss expects; the metrics turn it off. Only shapes and dtypes are read.
     """
     name, layout, dims = ("features", "[B, L, F]", 3) if features else ("scores", "[B, L]", 2)
-    shape = tuple(values.shape)
-    if suggest_model and values.dim() in (2, 3) and values.dim() != dims:  # the other layout
-        raise ValueError(_WRONG_LAYOUT[name].format(shape=shape))
     if values.dim() != dims:
+        shape = tuple(values.shape)
+        if suggest_model and values.dim() in (2, 3):  # the other layout
+            raise ValueError(_WRONG_LAYOUT[name].format(shape=shape))
         raise ValueError(f"{name} must be {layout}, got shape {shape}")
     if not values.is_floating_point():
         raise ValueError(f"{name} must be floating point, got {values.dtype}")
-    batch = list(shape[:2])
-    if tuple(labels.shape) != shape[:2]:
-        raise ValueError(f"labels must match {name} {batch}, got shape {tuple(labels.shape)}")
-    if tuple(mask.shape) != shape[:2]:
-        raise ValueError(f"mask must match {name} {batch}, got shape {tuple(mask.shape)}")
+    batch = values.shape[:2]
+    if labels.shape != batch:
+        raise ValueError(f"labels must match {name} {list(batch)}, got shape {tuple(labels.shape)}")
+    if mask.shape != batch:
+        raise ValueError(f"mask must match {name} {list(batch)}, got shape {tuple(mask.shape)}")
     if mask.dtype != torch.bool:  # the losses have made a 0/1 mask bool already (bool_mask)
         raise ValueError(f"mask must be {MASK_DTYPE_RULE}, got {mask.dtype}")
     if labels.is_complex():
@@ -166,7 +166,7 @@ def may_read_values(tensor: torch.Tensor) -> bool:
     Compiled (``torch.compile``) or on an accelerator, counts must come from hyperparameters or
     shapes: a host read there is a device synchronisation or a data-dependent graph break.
     """
-    return tensor.device.type == "cpu" and not torch.compiler.is_compiling()
+    return tensor.is_cpu and not torch.compiler.is_compiling()
 
 
 def nonempty_lists(
@@ -185,7 +185,12 @@ def nonempty_lists(
 
 def float_labels(labels: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Labels as the floating ``dtype`` the loss computes in (integer and bool labels too)."""
-    return labels.to(dtype)
+    return in_dtype(labels, dtype)
+
+
+def in_dtype(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``tensor.to(dtype)``, without the call (a microsecond of an O(L) loss) when it is one."""
+    return tensor if tensor.dtype == dtype else tensor.to(dtype)
 
 
 def finite_label_mask(labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -232,7 +237,7 @@ def list_inputs(
     scores, labels, mask = nonempty_lists(scores, labels, mask)
     dtype = compute_dtype(scores.dtype)
     labels = float_labels(labels, dtype)
-    return scores.to(dtype), labels, finite_label_mask(labels, mask)
+    return in_dtype(scores, dtype), labels, finite_label_mask(labels, mask)
 
 
 def finite_scores(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -264,3 +269,63 @@ def nan_for_nonfinite_scores(
     marker = torch.where(poisoned, float("nan"), 0.0).to(per_query.dtype)
     kept = torch.where(poisoned, values.to(per_query.dtype), 0.0)
     return per_query + (kept * marker).flatten(1).sum(dim=-1)
+
+
+def usable_eager_result(
+    lowest: torch.Tensor, per_query: torch.Tensor, other: torch.Tensor | None = None
+) -> bool:
+    """Whether a loss's CPU eager shortcut, computed on the raw inputs without the rule's
+    O(B·L) checks, is the rule's result: every real label is a finite grade (``lowest``, each
+    query's lowest real label, is ``>= 0`` and not NaN; ``+inf`` for a query without real
+    documents) and ``per_query`` (and ``other``) [B] are finite. One host read for the batch;
+    on False the loss takes its general path.
+
+    Example:
+        >>> lowest = torch.tensor([0.0, math.inf])
+        >>> usable_eager_result(lowest, torch.tensor([0.7, 0.0]))
+        True
+        >>> usable_eager_result(lowest, torch.tensor([float("nan"), 0.0]))
+        False
+    """
+    # 0 · (NaN or ±inf) is NaN, and so is 0 · x · y if x or y is: min(lowest + 0 · ...) >= 0
+    # checks everything at once
+    per_query = per_query.detach()
+    if other is None:
+        return float(torch.add(lowest, per_query, alpha=0.0).amin()) >= 0
+    return float(torch.addcmul(lowest, per_query, other, value=0.0).amin()) >= 0
+
+
+def every_document_real(mask: torch.Tensor) -> bool:
+    """True when the bool ``mask`` marks every document real (one free read on the CPU eager
+    path): the loss may then skip its masked fills and take each query's lowest and highest label
+    over the whole row. False elsewhere, where values are not read."""
+    return may_read_values(mask) and bool(mask.all())
+
+
+def unpadded_eager_validity(
+    lowest: torch.Tensor, highest: torch.Tensor, per_query: torch.Tensor
+) -> tuple[bool, torch.Tensor | None]:
+    """:func:`usable_eager_result` for lists without padding, with the queries' validity in the
+    same read: ``(usable, valid)``. ``lowest`` and ``highest`` [B] are each query's lowest and
+    highest label (NaN if one is NaN); ``valid`` is ``highest > lowest`` [B] bool (two distinct
+    grades), or None when every query is valid, the common case that needs no masking.
+
+    Example:
+        >>> unpadded_eager_validity(torch.tensor([0.0, 1.0]), torch.tensor([2.0, 3.0]),
+        ...                         torch.tensor([0.5, 0.7]))
+        (True, None)
+        >>> unpadded_eager_validity(torch.tensor([0.0, 1.0]), torch.tensor([0.0, 3.0]),
+        ...                         torch.tensor([0.5, 0.7]))
+        (True, tensor([False,  True]))
+        >>> unpadded_eager_validity(torch.tensor([-1.0]), torch.tensor([2.0]), torch.tensor([0.5]))
+        (False, None)
+    """
+    # lowest + 0 · loss · highest is NaN if any of them is non-finite, and < 0 for a negative
+    # grade; an invalid query reads as -1 here, so one read settles the common case
+    check = torch.addcmul(lowest, per_query.detach(), highest, value=0.0)
+    valid = highest > lowest
+    if float(torch.where(valid, check, -1.0).amin()) >= 0:
+        return True, None
+    if float(check.amin()) >= 0:  # usable, some query without two grades
+        return True, valid
+    return False, None

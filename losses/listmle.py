@@ -3,10 +3,25 @@ position-aware form p-ListMLE (Lan et al., UAI 2014); docs/objectives/standard.m
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from differank.losses.algorithms.pairs import valid_queries
-from differank.losses.inputs import finite_scores, list_inputs, list_loss, nan_for_nonfinite_scores
+from differank.losses.inputs import (
+    check_list_inputs,
+    compute_dtype,
+    every_document_real,
+    finite_scores,
+    float_labels,
+    in_dtype,
+    list_inputs,
+    list_loss,
+    may_read_values,
+    nan_for_nonfinite_scores,
+    unpadded_eager_validity,
+    usable_eager_result,
+)
 from differank.losses.module_form import LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
 
@@ -21,55 +36,140 @@ def check_listmle_options(ties: str, eps: float) -> None:
         raise ValueError(f"eps must be >= 0, got {eps!r}")
 
 
-def label_order(labels: torch.Tensor, mask: torch.Tensor, *, ties: str = "random") -> torch.Tensor:
-    """A permutation sorting each query's real documents by decreasing label, padding last.
+def reversed_label_order(
+    labels: torch.Tensor, mask: torch.Tensor | None, *, ties: str = "random"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The label order read backwards: ``(keys, order)`` with ``order`` a permutation sorting
+    each query by increasing label, padding first, and ``keys`` the sorted labels (padding
+    ``-inf``). Read from the end, ``order`` is the Plackett-Luce order ``π`` (decreasing label,
+    padding last); kept backwards, the tail sums ``Σ_{j≥i}`` of ``π`` are one cumulative sum.
 
     Equal labels are ordered at random, afresh on every call (``ties="random"``: one random
     permutation of the slots from the global stream, shared by the batch as allRank's shuffle,
-    then a sort), or by index (``ties="index"``).
+    then a sort), or by index in ``π`` (``ties="index"``: the lower slot first).
+
+    ``mask=None``: every document is real (no fill).
 
     Shape:
-        labels, mask: [B, L] -> [B, L] int64.
+        labels, mask: [B, L] -> ([B, L] labels' dtype, [B, L] int64).
+
+    Example:
+        >>> reversed_label_order(torch.tensor([[1.0, 2.0, 1.0, 0.0]]),
+        ...                      torch.tensor([[True, True, True, False]]), ties="index")
+        (tensor([[-inf, 1., 1., 2.]]), tensor([[3, 2, 0, 1]]))
     """
-    key = torch.where(mask, labels, torch.full_like(labels, float("-inf")))
-    if ties == "index":
-        return key.argsort(dim=-1, descending=True, stable=True)
+    key = labels if mask is None else torch.where(mask, labels, float("-inf"))
+    length = labels.shape[-1]
+    if ties == "index":  # a stable sort of the reversed slots puts the higher slot first
+        keys, order = key.flip(-1).sort(dim=-1, stable=True)
+        return keys, (length - 1) - order
     # one uniform shuffle of the slots (shared by the batch, as allRank's), then any sort: the
     # tied documents' order is a fixed function of their shuffled slots, hence uniform too
-    shuffle = torch.randperm(labels.shape[-1], device=labels.device)
-    return shuffle.take(key.index_select(-1, shuffle).argsort(dim=-1, descending=True))
+    shuffle = torch.randperm(length, device=labels.device)
+    keys, order = key.index_select(-1, shuffle).sort(dim=-1)
+    return keys, shuffle.take(order)
 
 
 class _PlackettLuce(torch.autograd.Function):
-    """``Σ_i α_i (log(Σ_{j≥i} exp(s_πj - m) + eps) + m - s_πi)`` per query [B] from the scores,
-    the label order ``π`` and the weights ``α`` (0 past the real documents), with its gradient
-    written out: a dozen [B, L] operations instead of autograd's graph of ~30 nodes, which
-    dominates at the list sizes of LETOR data. ``m`` (the real maximum) is differentiated like
-    ``amax``: its gradient is shared evenly by tied maxima."""
+    """:func:`plackett_luce` with its gradient written out: one autograd node instead of a
+    dozen, which is what an O(L) loss costs at the list sizes of LETOR data. The gradient of
+    ``T_i = Σ_{j≥i} exp(s_πj - m) + eps`` is a prefix sum over ``π``; ``m`` is differentiated
+    like ``amax``: ``∂L/∂m = eps · Σ_i α_i / T_i``, shared evenly by tied maxima. ``mask`` and
+    ``alpha`` None: no padding, every weight 1 (no fill, a plain sum)."""
 
     @staticmethod
-    def forward(ctx, scores, order, real, weights, eps):
-        ranked = scores.gather(-1, order)
-        top = torch.where(real, ranked, torch.full_like(ranked, float("-inf"))).amax(dim=-1)
-        top = torch.where(top.isfinite(), top, torch.zeros_like(top)).unsqueeze(-1)
-        shifted = torch.where(real, ranked - top, torch.full_like(ranked, float("-inf")))
+    def forward(ctx, scores, mask, order, alpha, eps):
+        if mask is not None:
+            scores = torch.where(mask, scores, torch.finfo(scores.dtype).min / 2)
+        ranked = scores.gather(-1, order)  # backwards, padding first
+        shifted = ranked.sub_(ranked.amax(dim=-1, keepdim=True))  # exactly 0 at the maxima
         exps = shifted.exp()
-        tails = exps.flip(-1).cumsum(dim=-1).flip(-1) + eps  # Σ_{j≥i} exp(s_πj - m) + eps
-        terms = tails.log() - torch.where(real, shifted, torch.zeros_like(shifted))
-        ctx.save_for_backward(order, real, weights, exps, tails, ranked, top)
-        return (weights * terms).sum(dim=-1)
+        tails = exps.cumsum(dim=-1).add_(eps)  # T_i, backwards: a prefix sum of the layout
+        if eps == 0 and alpha is not None:  # T_i = 0 at padding: keep log, 1 / T_i finite
+            tails.add_(alpha == 0)
+        ctx.eps = eps
+        ctx.save_for_backward(order, alpha, shifted, exps, tails)
+        terms = tails.log().sub_(shifted)
+        return terms.sum(dim=-1) if alpha is None else torch.linalg.vecdot(terms, alpha)
 
     @staticmethod
     def backward(ctx, grad):
-        order, real, weights, exps, tails, ranked, top = ctx.saved_tensors
-        share = weights / tails  # α_i / (T_i + eps)
-        through_max = (share * (tails - exps.flip(-1).cumsum(dim=-1).flip(-1))).sum(dim=-1)
-        is_top = real & (ranked == top)
-        count = is_top.sum(dim=-1, keepdim=True).clamp(min=1)
-        ranked_grad = exps * share.cumsum(dim=-1) - weights
-        ranked_grad = ranked_grad + is_top * (through_max.unsqueeze(-1) / count)
-        ranked_grad = torch.where(real, ranked_grad, 0.0) * grad.unsqueeze(-1)
-        return torch.zeros_like(ranked_grad).scatter(-1, order, ranked_grad), None, None, None, None
+        order, alpha, shifted, exps, tails = ctx.saved_tensors
+        share = tails.reciprocal() if alpha is None else alpha / tails  # α_i / T_i
+        # ∂L/∂(s_πk - m) = exp(s_πk - m) · Σ_{i≤k} α_i / T_i - α_k: a suffix sum of the layout
+        suffix = share.flip(-1).cumsum(dim=-1).flip(-1)
+        ranked_grad = suffix * exps
+        ranked_grad.sub_(1.0 if alpha is None else alpha)
+        if ctx.eps > 0:  # the suffix sum at slot 0 is Σ_i α_i / T_i
+            is_top = shifted == 0
+            through_top = suffix[:, :1] * ctx.eps
+            ranked_grad.add_(is_top * through_top.div_(is_top.sum(dim=-1, keepdim=True)))
+        ranked_grad.mul_(grad.unsqueeze(-1))
+        scores_grad = torch.empty_like(ranked_grad).scatter_(-1, order, ranked_grad)
+        return scores_grad, None, None, None, None
+
+
+def plackett_luce(
+    scores: torch.Tensor,
+    mask: torch.Tensor | None,
+    order: torch.Tensor,
+    alpha: torch.Tensor | None,
+    eps: float,
+) -> torch.Tensor:
+    """``Σ_i α_i (log(Σ_{j≥i} exp(s_πj - m) + eps) + m - s_πi)`` per query [B] from the scores
+    (padding may hold anything, it is never read), the mask, and in
+    :func:`reversed_label_order`'s layout the order and the weights ``α`` (0 at padding; 1 at
+    the real documents for ListMLE). ``m`` is the real maximum. Laid out backwards, the tail
+    sums are one cumulative sum; padding is the dtype's lowest float / 2 (its exp is 0 and, with
+    ``m`` never below it, every term is finite) and the terms are weighted by a product.
+    ``mask=None`` and ``alpha=None``: lists without padding, every weight 1.
+
+    Shape:
+        scores, mask, order, alpha: [B, L] -> [B].
+    """
+    return _PlackettLuce.apply(scores, mask, order, alpha, eps)
+
+
+def _position_weights(real: torch.Tensor) -> torch.Tensor:
+    """p-ListMLE's ``α_i = 2^{1-i} - 2^{1-n}`` in :func:`reversed_label_order`'s layout (slot
+    ``j`` is position ``i = L - j`` of ``π``), 0 at padding; ``real`` is 0/1 floats."""
+    length = real.shape[-1]
+    count = real.sum(dim=-1, keepdim=True)
+    positions = torch.arange(length, 0, -1, device=real.device, dtype=real.dtype)
+    return real * (torch.exp2(1.0 - positions) - torch.exp2(1.0 - count))
+
+
+def _per_query(scores, labels, mask, ties, position_aware, eps):
+    """``(per-query loss [B], sorted label keys [B, L])`` of :func:`plackett_luce`;
+    ``mask=None``: no padding."""
+    keys, order = reversed_label_order(labels, mask, ties=ties)
+    if mask is None:
+        alpha = _position_weights(torch.ones_like(keys)) if position_aware else None
+    else:
+        real = keys.clamp(min=-1.0, max=0.0).add_(1.0)  # labels >= 0: 1, padding (-inf): 0
+        alpha = _position_weights(real) if position_aware else real
+    return plackett_luce(scores, mask, order, alpha, eps), keys
+
+
+def _eager_listmle(scores, labels, mask, ties, position_aware, eps, reduction):
+    """The CPU eager path: the loss computed on the raw inputs, or None when the input rule
+    has work to do (an empty shape, a non-finite score, a non-finite or negative label at a
+    real document), which is seen on [B] after the fact in one free host read."""
+    check_list_inputs(scores, labels, mask)
+    if scores.numel() == 0:
+        return None
+    dtype = compute_dtype(scores.dtype)
+    labels, scores = float_labels(labels, dtype), in_dtype(scores, dtype)
+    if every_document_real(mask):  # the sorted keys hold each query's lowest and highest label
+        per_query, keys = _per_query(scores, labels, None, ties, position_aware, eps)
+        usable, valid = unpadded_eager_validity(keys.select(-1, 0), keys.select(-1, -1), per_query)
+        return reduce_queries(per_query, valid, reduction) if usable else None
+    per_query, keys = _per_query(scores, labels, mask, ties, position_aware, eps)
+    lowest = torch.where(mask, labels, math.inf).amin(dim=-1)
+    spread = (keys[:, -1] - lowest).clamp(min=0.0)  # > 0 for a valid query; 0 without documents
+    if not usable_eager_result(lowest, per_query, spread):
+        return None
+    return reduce_queries(per_query, spread > 0, reduction)
 
 
 @list_loss()
@@ -85,8 +185,8 @@ def listmle_loss(
 ) -> torch.Tensor:
     """Negative Plackett-Luce log-likelihood of the label order (Xia et al. 2008).
 
-    With ``π`` the documents sorted by decreasing label (ties: :func:`label_order`) and ``n``
-    the query's real documents::
+    With ``π`` the documents sorted by decreasing label (ties: :func:`reversed_label_order`)
+    and ``n`` the query's real documents::
 
         L_q = Σ_{i=1..n} α_i · ( log(Σ_{j≥i} exp(s_πj - m) + eps) + m - s_πi ),   m = max_j s_j
 
@@ -104,16 +204,13 @@ def listmle_loss(
     """
     check_reduction(reduction)
     check_listmle_options(ties, eps)
+    if may_read_values(scores):
+        eager = _eager_listmle(scores, labels, mask, ties, position_aware, eps, reduction)
+        if eager is not None:
+            return eager
     scores, labels, mask = list_inputs(scores, labels, mask)
     safe = finite_scores(scores, mask)
-    order = label_order(labels, mask, ties=ties)
-    real = mask.gather(-1, order)
-    weights = real.to(safe.dtype)
-    if position_aware:
-        count = mask.sum(dim=-1, keepdim=True).to(safe.dtype)
-        positions = torch.arange(1, safe.shape[-1] + 1, device=safe.device, dtype=safe.dtype)
-        weights = weights * (torch.exp2(1.0 - positions) - torch.exp2(1.0 - count))
-    per_query = _PlackettLuce.apply(safe, order, real, weights, eps)
+    per_query, _ = _per_query(safe, labels, mask, ties, position_aware, eps)
     valid = valid_queries(labels, mask)
     per_query = nan_for_nonfinite_scores(per_query, scores, mask, valid)
     return reduce_queries(per_query, valid, reduction)

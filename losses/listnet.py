@@ -11,12 +11,16 @@ from differank.losses.algorithms.pairs import valid_queries
 from differank.losses.inputs import (
     check_list_inputs,
     compute_dtype,
+    every_document_real,
     finite_scores,
     float_labels,
+    in_dtype,
     list_inputs,
     list_loss,
     may_read_values,
     nan_for_nonfinite_scores,
+    unpadded_eager_validity,
+    usable_eager_result,
 )
 from differank.losses.module_form import LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
@@ -66,8 +70,9 @@ def listnet_loss(
 
 def _listnet_on_usable_inputs(
     scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The CPU eager path's per-query loss and validity ([B] each) in a few fused operations,
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """The CPU eager path's per-query loss and validity ([B] each; validity None when every
+    query is valid) in a few fused operations,
     or None when the input rule has work to do: an empty batch or list, or a non-finite score, a
     non-finite or negative label at a real document. Those are seen on [B] after the fact
     (one free host read), so usable inputs pay no O(B·L) check of their own.
@@ -80,16 +85,19 @@ def _listnet_on_usable_inputs(
     if scores.numel() == 0:  # B = 0 or L = 0: the general path's connected zero
         return None
     dtype = compute_dtype(scores.dtype)
-    very_negative = torch.finfo(dtype).min
     as_float = float_labels(labels, dtype)
+    if every_document_real(mask):  # no padding to fill: the checks come from one aminmax
+        per_query = F.cross_entropy(in_dtype(scores, dtype), as_float.softmax(-1), reduction="none")
+        usable, valid = unpadded_eager_validity(*torch.aminmax(as_float, dim=-1), per_query)
+        return (per_query, valid) if usable else None
+    very_negative = torch.finfo(dtype).min
     real_labels = torch.where(mask, as_float, very_negative)
-    logits = torch.where(mask, scores.to(dtype), very_negative)
+    logits = torch.where(mask, in_dtype(scores, dtype), very_negative)
     # -Σ softmax(labels) · log softmax(scores), one fused call
     per_query = F.cross_entropy(logits, real_labels.softmax(-1), reduction="none")
     lowest = torch.where(mask, as_float, math.inf).amin(-1)  # NaN, -inf or < 0 if one is
-    # a non-finite score or label makes per_query NaN or ±inf, and 0·(NaN or ±inf) is NaN; so
-    # the batch is usable iff min(lowest + 0·per_query) >= 0: one read for the whole batch
-    if not float(torch.add(lowest, per_query.detach(), alpha=0.0).amin()) >= 0.0:
+    # a non-finite score or label makes per_query NaN or ±inf
+    if not usable_eager_result(lowest, per_query):
         return None
     return per_query, real_labels.amax(-1) > lowest
 

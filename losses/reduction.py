@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from differank.losses.inputs import may_read_values
+
 REDUCTIONS = ("none", "mean", "sum")
 
 
@@ -15,8 +17,10 @@ def check_reduction(reduction: str) -> str:
     return reduction
 
 
-def reduce_queries(per_query: torch.Tensor, valid: torch.Tensor, reduction: str) -> torch.Tensor:
-    """Reduce a per-query loss ``[B]`` over the valid queries.
+def reduce_queries(
+    per_query: torch.Tensor, valid: torch.Tensor | None, reduction: str
+) -> torch.Tensor:
+    """Reduce a per-query loss ``[B]`` over the valid queries (``valid=None``: every query).
 
     Invalid queries (no preference pair) contribute an exact, graph-connected 0, so a batch
     without any pair still returns a tensor that backpropagates zeros.
@@ -26,7 +30,7 @@ def reduce_queries(per_query: torch.Tensor, valid: torch.Tensor, reduction: str)
     * ``"mean"``: that sum divided by ``max(#valid, 1)``.
 
     Shape:
-        per_query: [B]; valid: [B] bool; returns [B] or a scalar.
+        per_query: [B]; valid: [B] bool or None; returns [B] or a scalar.
 
     Example:
         >>> per_query = torch.tensor([2.0, 5.0, 4.0])
@@ -37,6 +41,11 @@ def reduce_queries(per_query: torch.Tensor, valid: torch.Tensor, reduction: str)
         tensor([2., 0., 4.])
     """
     check_reduction(reduction)
+    # on the CPU eager path the count is free to read, and usually every query is valid
+    if valid is None or (may_read_values(valid) and 0 < int(valid.sum()) == valid.numel()):
+        if reduction == "none":
+            return per_query
+        return per_query.mean() if reduction == "mean" else per_query.sum()
     per_query = torch.where(valid, per_query, 0.0)
     if reduction == "none":
         return per_query

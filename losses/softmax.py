@@ -3,31 +3,85 @@ and its Poly-1 form (Leng et al., ICLR 2022); docs/objectives/standard.md#softma
 
 from __future__ import annotations
 
+import math
+
 import torch
+from torch.nn import functional as F
 
 from differank.losses.algorithms.pairs import valid_queries
-from differank.losses.inputs import finite_scores, list_inputs, list_loss, nan_for_nonfinite_scores
+from differank.losses.inputs import (
+    check_list_inputs,
+    compute_dtype,
+    every_document_real,
+    finite_scores,
+    float_labels,
+    in_dtype,
+    list_inputs,
+    list_loss,
+    may_read_values,
+    nan_for_nonfinite_scores,
+    unpadded_eager_validity,
+    usable_eager_result,
+)
 from differank.losses.module_form import LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
 
 
-def _softmax_terms(
-    scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(cross-entropy [B], p_t [B], valid [B], scores)`` after the input rule, where the
-    targets are ``t_i = l_i / Σ_j l_j`` (labels below 0 count as 0) and
-    ``p_t = Σ_i t_i softmax(s)_i``."""
+def _softmax_per_query(
+    scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, epsilon: float
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(cross-entropy + epsilon · (1 - p_t) [B], valid [B])`` under the input rule, where
+    the targets are ``t_i = l_i / Σ_j l_j`` and ``p_t = Σ_i t_i softmax(s)_i``; ``epsilon = 0``
+    is the plain softmax loss. ``valid`` is None when every query is valid."""
+    eager = _eager_softmax_per_query(scores, labels, mask, epsilon)
+    if eager is not None:
+        return eager
     scores, labels, mask = list_inputs(scores, labels, mask)
     safe = finite_scores(scores, mask)
-    very_negative = torch.finfo(safe.dtype).min
-    log_p = torch.where(mask, safe, torch.full_like(safe, very_negative)).log_softmax(dim=-1)
-    relevance = torch.where(mask, labels, torch.zeros_like(labels)).clamp(min=0.0)
-    total = relevance.sum(dim=-1, keepdim=True)
-    targets = relevance / torch.where(total > 0, total, torch.ones_like(total))
-    cross_entropy = -torch.where(mask, targets * log_p, torch.zeros_like(log_p)).sum(dim=-1)
-    p_target = torch.where(mask, targets * log_p.exp(), torch.zeros_like(log_p)).sum(dim=-1)
+    relevance = torch.where(mask, labels, 0.0)  # >= 0 where real (the rule)
+    logits = torch.where(mask, safe, torch.finfo(safe.dtype).min)
+    per_query = _cross_entropy(logits, relevance, epsilon)
     valid = valid_queries(labels, mask)
-    return cross_entropy, p_target, valid, (scores, mask)
+    return nan_for_nonfinite_scores(per_query, scores, mask, valid), valid
+
+
+def _eager_softmax_per_query(
+    scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, epsilon: float
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """On the CPU eager path, :func:`_softmax_per_query` computed on the raw inputs, the rule's
+    O(B·L) checks replaced by one free host read of [B] values after the fact; None elsewhere or
+    when the rule finds work (an empty shape, a non-finite score, a non-finite or negative label
+    at a real document). Both paths compute :func:`_cross_entropy` on the same tensors."""
+    if not may_read_values(scores):
+        return None
+    check_list_inputs(scores, labels, mask)
+    if scores.numel() == 0:
+        return None
+    dtype = compute_dtype(scores.dtype)
+    labels, scores = float_labels(labels, dtype), in_dtype(scores, dtype)
+    if every_document_real(mask):  # no padding to fill: the checks come from one aminmax
+        per_query = _cross_entropy(scores, labels, epsilon)
+        usable, valid = unpadded_eager_validity(*torch.aminmax(labels, dim=-1), per_query)
+        return (per_query, valid) if usable else None
+    relevance = torch.where(mask, labels, 0.0)
+    logits = torch.where(mask, scores, torch.finfo(dtype).min)
+    per_query = _cross_entropy(logits, relevance, epsilon)
+    lowest = torch.where(mask, labels, math.inf).amin(dim=-1)  # NaN, -inf, < 0 if one is
+    if not usable_eager_result(lowest, per_query):
+        return None
+    return per_query, relevance.amax(dim=-1) > lowest
+
+
+def _cross_entropy(logits: torch.Tensor, relevance: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """``-Σ_i t_i log softmax(logits)_i + epsilon · (1 - Σ_i t_i softmax(logits)_i)`` [B] with
+    ``t = relevance / Σ relevance`` (0 for a query of zeros). Padding enters the softmax as the
+    dtype's most negative value (probability an exact 0, log finite) with relevance 0."""
+    total = relevance.sum(dim=-1, keepdim=True)
+    targets = relevance / total.clamp_(min=torch.finfo(relevance.dtype).tiny)
+    per_query = F.cross_entropy(logits, targets, reduction="none")  # one fused call
+    if epsilon != 0:
+        per_query = per_query + epsilon * (1.0 - torch.linalg.vecdot(logits.softmax(-1), targets))
+    return per_query
 
 
 @list_loss()
@@ -52,9 +106,7 @@ def softmax_loss(
         tensor(0.6931)
     """
     check_reduction(reduction)
-    cross_entropy, _, valid, (values, mask) = _softmax_terms(scores, labels, mask)
-    per_query = nan_for_nonfinite_scores(cross_entropy, values, mask, valid)
-    return reduce_queries(per_query, valid, reduction)
+    return reduce_queries(*_softmax_per_query(scores, labels, mask, 0.0), reduction)
 
 
 @list_loss()
@@ -79,11 +131,7 @@ def poly1_softmax_loss(
         tensor(1.1931)
     """
     check_reduction(reduction)
-    cross_entropy, p_target, valid, (values, mask) = _softmax_terms(scores, labels, mask)
-    per_query = nan_for_nonfinite_scores(
-        cross_entropy + epsilon * (1.0 - p_target), values, mask, valid
-    )
-    return reduce_queries(per_query, valid, reduction)
+    return reduce_queries(*_softmax_per_query(scores, labels, mask, epsilon), reduction)
 
 
 class SoftmaxLoss(LossModule, function=softmax_loss):

@@ -30,6 +30,7 @@ from differank.losses import (
     ListNetLoss,
     MSELoss,
     NeuralNDCGLoss,
+    OrdinalLoss,
     Poly1SoftmaxLoss,
     RankNetLoss,
     SigmoidBCELoss,
@@ -46,6 +47,7 @@ from differank.losses import (
     listnet_loss,
     mse_loss,
     neural_ndcg_loss,
+    ordinal_loss,
     poly1_softmax_loss,
     ranknet_loss,
     sigmoid_bce_loss,
@@ -69,6 +71,7 @@ CHECKS = (
     "nonfinite_score",  # a non-finite score makes its query NaN
     "half",  # float16/bfloat16 computed in float32, gradient in the input dtype
     "empty",  # B = 0 or L = 0 give a graph-connected 0
+    "unpadded",  # lists without padding (mask all true): oracle, invalid and non-finite queries
     "module",  # the module equals the function
     "compile",  # torch.compile(fullgraph=True, backend="aot_eager") equals eager
     "host_reads",  # the static path runs on the meta device (no host read of a value)
@@ -289,6 +292,7 @@ CASES: dict[str, LossCase] = {
             ConvexLoss,
             oracles.per_query_oracle(oracles.convex_pair_space_oracle),
             options={"delta": "auc", "space": "pairs"},
+            slow={"unpadded": "the pair-space oracle takes ~18 s on the full lists"},
         ),
         LossCase(
             "cone",
@@ -352,6 +356,21 @@ CASES: dict[str, LossCase] = {
         LossCase("bce", sigmoid_bce_loss, SigmoidBCELoss, oracles_standard.sigmoid_bce_oracle),
         # the squared error's gradient 2(s - l) leaves fp16's range (65504) at scores of 3e4
         LossCase("mse", mse_loss, MSELoss, oracles_standard.mse_oracle, half_scale=1e3),
+        LossCase(
+            "ordinal",
+            ordinal_loss,
+            OrdinalLoss,
+            partial(oracles_standard.ordinal_oracle, n=2),
+            options={"n": 2},
+        ),
+        LossCase(
+            "ordinal_thresholds",
+            ordinal_loss,
+            OrdinalLoss,
+            partial(oracles_standard.ordinal_oracle, n=3, thresholds=(-0.5, 0.25, 2.0)),
+            options={"n": 3, "thresholds": (-0.5, 0.25, 2.0)},
+            slow={"compile": "a variant of ordinal, which compiles in the default suite"},
+        ),
         *(
             LossCase(
                 f"approx_{metric}",

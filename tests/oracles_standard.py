@@ -269,6 +269,22 @@ def _mse(scores, labels):
 mse_oracle = _batched(_mse)
 
 
+def _ordinal(scores, labels, n=4, thresholds=None):
+    """(1/|q|) Σ_i Σ_{k=1..n} −(y_ik log σ(s_i − θ_k) + (1 − y_ik) log(1 − σ(s_i − θ_k))),
+    y_ik = [l_i ≥ k], θ_k = k − 1/2 unless given (allRank's ordinal on one score)."""
+    thetas = [k - 0.5 for k in range(1, n + 1)] if thresholds is None else list(thresholds)
+    total = scores.sum() * 0.0
+    for i, label in enumerate(labels):
+        for k, theta in enumerate(thetas, start=1):
+            p = torch.sigmoid(scores[i] - theta)
+            answer = 1.0 if label >= k else 0.0
+            total = total - (answer * torch.log(p) + (1.0 - answer) * torch.log(1.0 - p))
+    return total / len(labels)
+
+
+ordinal_oracle = _batched(_ordinal)
+
+
 # ---- approximate metrics (Rax's approx_t12n style; Qin et al. 2010) ----
 
 

@@ -51,6 +51,7 @@ ALLOWED_TARGETS = frozenset(
         "differank.losses.listnet.ListNetLoss",
         "differank.losses.neural_ndcg.NeuralNDCGLoss",
         "differank.losses.pointwise.MSELoss",
+        "differank.losses.pointwise.OrdinalLoss",
         "differank.losses.pointwise.SigmoidBCELoss",
         "differank.losses.ranknet.RankNetLoss",
         "differank.losses.softmax.Poly1SoftmaxLoss",

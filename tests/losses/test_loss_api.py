@@ -57,6 +57,7 @@ LOSSES = {
     "poly1": differank.losses.poly1_softmax_loss,
     "bce": differank.losses.sigmoid_bce_loss,
     "mse": differank.losses.mse_loss,
+    "ordinal": partial(differank.losses.ordinal_loss, n=2),
     "approxmetric": differank.losses.approx_metric_loss,
 }
 MODULES = [

@@ -210,6 +210,33 @@ def test_empty_batch_or_lists_give_a_connected_zero(case, shape):
         assert values.grad.shape == values_shape and not values.grad.any(), reduction
 
 
+@pytest.mark.parametrize("case", cases("unpadded"))
+def test_lists_without_padding_keep_the_rule(case):
+    """A mask that is all true lets the O(L) losses skip their masked fills: the oracle, the
+    invalid queries and the non-finite values still follow the rule on that path."""
+    values, labels, mask = case.make_batch(seed=1)
+    fill = torch.randn(values.shape, generator=torch.Generator().manual_seed(2), dtype=values.dtype)
+    values = torch.where(real(mask, values), values, fill)  # distinct scores: no subgradient ties
+    labels = labels.masked_fill(~mask, 0.0)  # padding becomes real documents of grade 0
+    labels[2] = 1.0  # a query of one grade: no pair
+    full = torch.ones_like(mask)
+    got, grad = value_and_grad(case, values, labels, full)
+    clean = values.clone().requires_grad_(True)
+    want = case.expected(clean, labels, full)
+    (want_grad,) = torch.autograd.grad(want.sum(), clean)
+    assert_equal((got, grad), (want.detach(), want_grad), case)
+    assert got[2] == 0 and not grad[2].any() and got[valid_queries(labels, full)].all()
+    mean = case.loss(values, labels, full, "mean")
+    assert_equal(mean, got.sum() / valid_queries(labels, full).sum(), case)
+    for bad in NONFINITE:
+        bad_labels, bad_values = labels.clone(), values.clone()
+        bad_labels[0, 1], bad_values[1, 0] = bad, bad
+        value, bad_grad = value_and_grad(case, bad_values, bad_labels, full)
+        assert value[0] == 0 and not bad_grad[0].any(), bad
+        assert torch.isnan(value[1]) and torch.isnan(bad_grad[1]).all(), bad
+        assert_equal((value[3:], bad_grad[3:]), (got[3:], grad[3:]), case)
+
+
 @pytest.mark.parametrize("case", cases("module"))
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 def test_module_equals_function(case, reduction):

@@ -17,16 +17,19 @@ from differank.losses import (
     ListMLELoss,
     MSELoss,
     NeuralNDCGLoss,
+    OrdinalLoss,
     Poly1SoftmaxLoss,
     SigmoidBCELoss,
     SoftmaxLoss,
     approx_metric_loss,
     approx_ndcg_loss,
+    gumbel_perturbed_scores,
     lambda_loss,
     listmle_loss,
     mse_loss,
     neural_ndcg_loss,
     neural_sort,
+    ordinal_loss,
     poly1_softmax_loss,
     sigmoid_bce_loss,
     sinkhorn,
@@ -87,6 +90,14 @@ CASES = {
         oracles.listmle_oracle,
         {"ties": "index", "position_aware": True},
     ),
+    **{
+        f"{name}-eps0": (listmle_loss, ListMLELoss, oracles.listmle_oracle, {**options, "eps": 0.0})
+        for name, options in {
+            "listmle": {"ties": "index"},
+            "p-listmle": {"ties": "index", "position_aware": True},
+        }.items()
+    },
+    "ordinal-n4": (ordinal_loss, OrdinalLoss, oracles.ordinal_oracle, {"n": 4}),
     "softmax": (softmax_loss, SoftmaxLoss, oracles.softmax_oracle, {}),
     "poly1": (poly1_softmax_loss, Poly1SoftmaxLoss, oracles.poly1_softmax_oracle, {}),
     "poly1-eps0.5": (
@@ -417,6 +428,29 @@ def test_sorting_operators_are_row_stochastic_and_tend_to_the_sort():
             expected = torch.zeros_like(sharp[b])
             expected[torch.arange(len(order)), order] = 1.0
             torch.testing.assert_close(sharp[b], expected, atol=1e-6, rtol=0)
+
+
+def test_gumbel_perturbed_scores_are_the_logged_shifted_scores_plus_seeded_noise():
+    """Stochastic NeuralSort's input: per query log(s - min + eps) at the real documents (beta
+    = 0 leaves exactly that), plus beta·Gumbel noise from the given generator; NaN padding is
+    never read, and NeuralSort of every sample is a relaxed sort of the real documents."""
+    scores, _, mask = random_batch(15)
+    draw = lambda seed, **options: gumbel_perturbed_scores(  # noqa: E731
+        scores, mask, n_samples=3, generator=torch.Generator().manual_seed(seed), **options
+    )
+    samples = draw(0)
+    assert samples.shape == (3, *scores.shape) and torch.isfinite(samples[:, mask]).all()
+    assert torch.equal(samples, draw(0)) and not torch.equal(samples, draw(1))
+    lowest = torch.where(mask, scores, math.inf).amin(dim=-1, keepdim=True)
+    expected = torch.log(scores - lowest + 1e-10)
+    for sample in draw(0, beta=0.0):
+        torch.testing.assert_close(sample[mask], expected[mask], rtol=0, atol=0)
+    noise = samples - draw(0, beta=0.0)
+    assert noise[:, mask].std() > 0.01  # beta = 0.1 times unit-scale Gumbel draws
+    rows = position_mask(mask)
+    for sample in samples:
+        sums = neural_sort(sample, mask).sum(dim=-1)
+        torch.testing.assert_close(sums, rows.to(sums.dtype))
 
 
 def test_soft_rank_tends_to_the_ranks_and_never_reads_padding():
