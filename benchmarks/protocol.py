@@ -91,6 +91,7 @@ STANDARD = (
     "poly1",
     "bce",
     "mse",
+    "ordinal",
     "approxmetric",
 )
 ROWS = [
