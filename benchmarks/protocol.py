@@ -44,6 +44,7 @@ import json
 import os
 import shutil
 import statistics
+import sys
 import time
 import traceback
 from collections import Counter
@@ -765,8 +766,13 @@ def main(argv: list[str] | None = None) -> None:
         results.append(result)
     wall = time.perf_counter() - start
 
+    command = " ".join(
+        ["python benchmarks/protocol.py", *(argv if argv is not None else sys.argv[1:])]
+    )
     parts = [
         f"# The selection protocol ({args.profile} profile)",
+        "",
+        f"Command (from the repository root): `{command}`",
         "",
         f"Trials per row: {profile.trials}; {profile.seeds} seeds × folds {list(profile.folds)}; "
         f"selection on mean validation MAP over the folds of {datasets[0].name} only; every "
