@@ -23,8 +23,11 @@ from tests.conftest import MQ2008, ROOT
 CONF = ROOT / "conf"
 
 
-def options(group: str) -> list[str]:
-    return sorted(path.stem for path in (CONF / group).glob("*.yaml"))
+def options(group: str, nested: bool = False) -> list[str]:
+    """The group's option names; ``nested`` adds subfolders' (``protocol/convex_linear``)."""
+    folder = CONF / group
+    paths = folder.rglob("*.yaml") if nested else folder.glob("*.yaml")
+    return sorted(path.relative_to(folder).with_suffix("").as_posix() for path in paths)
 
 
 @pytest.mark.parametrize("loss", options("loss"))
@@ -83,7 +86,7 @@ def missing_data_root(cfg) -> str | None:
     return None if root is None or Path(root).is_dir() else root
 
 
-@pytest.mark.parametrize("experiment", options("experiment"))
+@pytest.mark.parametrize("experiment", options("experiment", nested=True))
 def test_every_experiment_composes_and_builds_its_model_and_loss(train_config, experiment):
     cfg = train_config([f"experiment={experiment}"])
     assert cfg.hydra.runtime.choices.experiment == experiment
