@@ -262,14 +262,13 @@ def run_job(job: Job) -> dict:
     overrides = [*job.overrides, f"seed={job.seed}", f"++data.fold={job.fold}", "quiet=true"]
     start, cpu = time.perf_counter(), time.process_time()
     try:
-        datamodule = _data_module(overrides, job.run_dir)
         job.run_dir.mkdir(parents=True, exist_ok=True)
         if job.row.peer:
             from peers import run_peer
 
             row = run_peer(
                 job.row.peer,
-                datamodule,
+                _data_module(overrides, job.run_dir),
                 job.run_dir,
                 tiny=job.tiny,
                 candidates=[dict(job.setting)],
