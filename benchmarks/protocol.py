@@ -758,10 +758,10 @@ def main(argv: list[str] | None = None) -> None:
 
     rows = [r for r in rows if not r.peer or available(r.peer)]
     start, runner = time.perf_counter(), Runner(args.jobs)
-    results = []
+    protocol, results = Protocol(profile, datasets, args.runs, runner), []
     for row in rows:
-        result = Protocol(profile, datasets, args.runs, runner).search(row)
-        Protocol(profile, datasets, args.runs, runner).seeds(result)
+        result = protocol.search(row)
+        protocol.seeds(result)
         results.append(result)
     wall = time.perf_counter() - start
 
