@@ -302,6 +302,36 @@ def every_document_real(mask: torch.Tensor) -> bool:
     return may_read_values(mask) and bool(mask.all())
 
 
+def eager_per_query(
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    per_query_of: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """A list loss's CPU eager shortcut: ``(per_query [B], valid [B] or None)`` computed on the
+    raw inputs, the rule's O(B·L) checks replaced by one host read of [B] values after the fact;
+    None off the CPU eager path, for an empty shape, or when the rule finds work (a non-finite
+    score, a non-finite or negative label at a real document): the loss then takes its general
+    path. ``per_query_of(scores, labels, mask)`` gets scores and float labels in the compute
+    dtype and ``mask`` None when every document is real (no masked fills needed)."""
+    if not may_read_values(scores):
+        return None
+    check_list_inputs(scores, labels, mask)
+    if scores.numel() == 0:  # B = 0 or L = 0: the general path's connected zero
+        return None
+    dtype = compute_dtype(scores.dtype)
+    scores, labels = in_dtype(scores, dtype), float_labels(labels, dtype)
+    if every_document_real(mask):  # no padding to fill: the checks come from one aminmax
+        per_query = per_query_of(scores, labels, None)
+        usable, valid = unpadded_eager_validity(*torch.aminmax(labels, dim=-1), per_query)
+        return (per_query, valid) if usable else None
+    per_query = per_query_of(scores, labels, mask)
+    lowest = torch.where(mask, labels, math.inf).amin(dim=-1)  # NaN, -inf or < 0 if one is
+    if not usable_eager_result(lowest, per_query):
+        return None
+    return per_query, torch.where(mask, labels, -math.inf).amax(dim=-1) > lowest
+
+
 def unpadded_eager_validity(
     lowest: torch.Tensor, highest: torch.Tensor, per_query: torch.Tensor
 ) -> tuple[bool, torch.Tensor | None]:

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch.nn import functional as F
 
 from differank.losses.algorithms.pairs import valid_queries
 from differank.losses.inputs import (
-    check_list_inputs,
-    compute_dtype,
-    every_document_real,
+    eager_per_query,
     finite_scores,
-    float_labels,
-    in_dtype,
     list_inputs,
     list_loss,
-    may_read_values,
     nan_for_nonfinite_scores,
-    unpadded_eager_validity,
-    usable_eager_result,
 )
 from differank.losses.module_form import LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
@@ -52,10 +43,9 @@ def listnet_loss(
         tensor(0.6931)
     """
     check_reduction(reduction)
-    if may_read_values(scores):
-        eager = _listnet_on_usable_inputs(scores, labels, mask)
-        if eager is not None:
-            return reduce_queries(*eager, reduction)
+    eager = eager_per_query(scores, labels, mask, _listnet_per_query)
+    if eager is not None:
+        return reduce_queries(*eager, reduction)
     scores, labels, mask = list_inputs(scores, labels, mask)
     very_negative = torch.finfo(scores.dtype).min
     safe = finite_scores(scores, mask)
@@ -68,38 +58,17 @@ def listnet_loss(
     return reduce_queries(per_query, valid, reduction)
 
 
-def _listnet_on_usable_inputs(
-    scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """The CPU eager path's per-query loss and validity ([B] each; validity None when every
-    query is valid) in a few fused operations,
-    or None when the input rule has work to do: an empty batch or list, or a non-finite score, a
-    non-finite or negative label at a real document. Those are seen on [B] after the fact
-    (one free host read), so usable inputs pay no O(B·L) check of their own.
-
-    Padding enters both softmaxes as the dtype's most negative value, so its probability is an
-    exact 0 and its log finite; a query whose real scores and labels are finite gets a finite
-    cross-entropy, and anything else shows up in ``per_query`` or ``lowest``.
-    """
-    check_list_inputs(scores, labels, mask)
-    if scores.numel() == 0:  # B = 0 or L = 0: the general path's connected zero
-        return None
-    dtype = compute_dtype(scores.dtype)
-    as_float = float_labels(labels, dtype)
-    if every_document_real(mask):  # no padding to fill: the checks come from one aminmax
-        per_query = F.cross_entropy(in_dtype(scores, dtype), as_float.softmax(-1), reduction="none")
-        usable, valid = unpadded_eager_validity(*torch.aminmax(as_float, dim=-1), per_query)
-        return (per_query, valid) if usable else None
-    very_negative = torch.finfo(dtype).min
-    real_labels = torch.where(mask, as_float, very_negative)
-    logits = torch.where(mask, in_dtype(scores, dtype), very_negative)
-    # -Σ softmax(labels) · log softmax(scores), one fused call
-    per_query = F.cross_entropy(logits, real_labels.softmax(-1), reduction="none")
-    lowest = torch.where(mask, as_float, math.inf).amin(-1)  # NaN, -inf or < 0 if one is
-    # a non-finite score or label makes per_query NaN or ±inf
-    if not usable_eager_result(lowest, per_query):
-        return None
-    return per_query, real_labels.amax(-1) > lowest
+def _listnet_per_query(
+    scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None
+) -> torch.Tensor:
+    """-Σ softmax(labels) · log softmax(scores) [B] in one fused call (the eager shortcut of
+    :func:`~differank.losses.inputs.eager_per_query`). Padding enters both softmaxes as the
+    dtype's most negative value, so its probability is an exact 0 and its log finite."""
+    if mask is not None:
+        very_negative = torch.finfo(scores.dtype).min
+        scores = torch.where(mask, scores, very_negative)
+        labels = torch.where(mask, labels, very_negative)
+    return F.cross_entropy(scores, labels.softmax(-1), reduction="none")
 
 
 class ListNetLoss(LossModule, function=listnet_loss):

@@ -3,25 +3,18 @@ and its Poly-1 form (Leng et al., ICLR 2022); docs/objectives/standard.md#softma
 
 from __future__ import annotations
 
-import math
+import functools
 
 import torch
 from torch.nn import functional as F
 
 from differank.losses.algorithms.pairs import valid_queries
 from differank.losses.inputs import (
-    check_list_inputs,
-    compute_dtype,
-    every_document_real,
+    eager_per_query,
     finite_scores,
-    float_labels,
-    in_dtype,
     list_inputs,
     list_loss,
-    may_read_values,
     nan_for_nonfinite_scores,
-    unpadded_eager_validity,
-    usable_eager_result,
 )
 from differank.losses.module_form import LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
@@ -33,43 +26,27 @@ def _softmax_per_query(
     """``(cross-entropy + epsilon · (1 - p_t) [B], valid [B])`` under the input rule, where
     the targets are ``t_i = l_i / Σ_j l_j`` and ``p_t = Σ_i t_i softmax(s)_i``; ``epsilon = 0``
     is the plain softmax loss. ``valid`` is None when every query is valid."""
-    eager = _eager_softmax_per_query(scores, labels, mask, epsilon)
+    eager = eager_per_query(
+        scores, labels, mask, functools.partial(_masked_cross_entropy, epsilon=epsilon)
+    )
     if eager is not None:
         return eager
     scores, labels, mask = list_inputs(scores, labels, mask)
     safe = finite_scores(scores, mask)
-    relevance = torch.where(mask, labels, 0.0)  # >= 0 where real (the rule)
-    logits = torch.where(mask, safe, torch.finfo(safe.dtype).min)
-    per_query = _cross_entropy(logits, relevance, epsilon)
+    per_query = _masked_cross_entropy(safe, labels, mask, epsilon)  # labels >= 0 where real
     valid = valid_queries(labels, mask)
     return nan_for_nonfinite_scores(per_query, scores, mask, valid), valid
 
 
-def _eager_softmax_per_query(
-    scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, epsilon: float
-) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """On the CPU eager path, :func:`_softmax_per_query` computed on the raw inputs, the rule's
-    O(B·L) checks replaced by one free host read of [B] values after the fact; None elsewhere or
-    when the rule finds work (an empty shape, a non-finite score, a non-finite or negative label
-    at a real document). Both paths compute :func:`_cross_entropy` on the same tensors."""
-    if not may_read_values(scores):
-        return None
-    check_list_inputs(scores, labels, mask)
-    if scores.numel() == 0:
-        return None
-    dtype = compute_dtype(scores.dtype)
-    labels, scores = float_labels(labels, dtype), in_dtype(scores, dtype)
-    if every_document_real(mask):  # no padding to fill: the checks come from one aminmax
-        per_query = _cross_entropy(scores, labels, epsilon)
-        usable, valid = unpadded_eager_validity(*torch.aminmax(labels, dim=-1), per_query)
-        return (per_query, valid) if usable else None
-    relevance = torch.where(mask, labels, 0.0)
-    logits = torch.where(mask, scores, torch.finfo(dtype).min)
-    per_query = _cross_entropy(logits, relevance, epsilon)
-    lowest = torch.where(mask, labels, math.inf).amin(dim=-1)  # NaN, -inf, < 0 if one is
-    if not usable_eager_result(lowest, per_query):
-        return None
-    return per_query, relevance.amax(dim=-1) > lowest
+def _masked_cross_entropy(
+    scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None, epsilon: float
+) -> torch.Tensor:
+    """:func:`_cross_entropy` of the real documents (``mask`` None: all are real); padding
+    enters as the dtype's most negative score with relevance 0. Both paths compute it."""
+    if mask is not None:
+        labels = torch.where(mask, labels, 0.0)
+        scores = torch.where(mask, scores, torch.finfo(scores.dtype).min)
+    return _cross_entropy(scores, labels, epsilon)
 
 
 def _cross_entropy(logits: torch.Tensor, relevance: torch.Tensor, epsilon: float) -> torch.Tensor:
