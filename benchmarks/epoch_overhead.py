@@ -21,14 +21,10 @@ epoch: the first pays one-off set-up), against the same steps:
 
 * as ``train.py`` builds it: ``make_trainer`` on ``conf/train.yaml``'s trainer, callbacks and
   loggers (checkpoints, early stopping, console, progress bar, the guards, requeue, learning
-  rate monitor, CSV and TensorBoard; validation cut to one batch, outside the timing);
-* a bare ``Trainer`` (no callbacks, loggers, progress bar or validation);
-* each also with the module and trainer as they were before this change (a ``self.log`` of
-  ``train/loss`` at every step, the finite guard reading every loss on the host, new memory
-  filled with NaN under ``trainer.deterministic=true``), and with manual optimization (a
-  variant measured, not taken);
-* the bare ``Trainer`` on the epoch's batches built beforehand: Lightning's own loop, without
-  the loader.
+  rate monitor, CSV and TensorBoard; validation cut to one batch, outside the timing), with the
+  lean epoch loop (``lean_loop=true``, the default) and with Lightning's own (``false``);
+* a bare ``Trainer`` (no callbacks, loggers, progress bar or validation), with either loop;
+* the bare ``Trainer`` on the epoch's batches built beforehand: the loop without the loader.
 """
 
 from __future__ import annotations
@@ -133,15 +129,14 @@ def approaches(dm):
     }
 
 
-def make_model(n_features: int, module_class=None):
-    """``model=linear loss=domination`` with Adam (lr 0.01), seeded: the module and optimizer
-    (``module_class``: a RankingModule subclass, by default RankingModule itself)."""
+def make_model(n_features: int):
+    """``model=linear loss=domination`` with Adam (lr 0.01), seeded: the module and optimizer"""
     from differank.losses.domination import DominationLoss
     from differank.rankers.scorers.linear import LinearRanker
     from differank.rankers.training.module import RankingModule
 
     torch.manual_seed(0)
-    module = (module_class or RankingModule)(
+    module = RankingModule(
         LinearRanker,
         DominationLoss(),
         lambda params: torch.optim.Adam(params, lr=0.01),
@@ -187,37 +182,6 @@ def measure_approach(epoch, module, optimizer) -> dict:
     return row
 
 
-class PerStepLogModule:
-    """The RankingModule before this change: ``train/loss`` through ``self.log`` every step."""
-
-    def training_step(self, batch, batch_idx):
-        loss = self.batch_loss(self.augment(batch))
-        size = batch["mask"].shape[0]
-        self.log("train/loss", loss, batch_size=size, on_epoch=True, sync_dist=True, prog_bar=True)
-        return loss + self.penalty()
-
-    def on_train_epoch_end(self):
-        pass
-
-
-class ManualStepModule:
-    """The RankingModule with Lightning's manual optimization: the step's optimizer calls in
-    ``training_step`` instead of automatic optimization's closure (a variant measured, not
-    taken: it gives up ``trainer.gradient_clip_val`` and ``accumulate_grad_batches``)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.automatic_optimization = False
-
-    def training_step(self, batch, batch_idx):
-        optimizer = self.optimizers()
-        loss = super().training_step(batch, batch_idx)
-        optimizer.zero_grad(set_to_none=True)
-        self.manual_backward(loss)
-        optimizer.step()
-        self.ranker.constrain()
-
-
 class InMemory:
     """An epoch's batches, built beforehand, as a training loader for ``Trainer.fit``."""
 
@@ -231,10 +195,12 @@ class InMemory:
         return len(self.batches)
 
 
-def bare_trainer(callbacks, run_dir: Path):
+def bare_trainer(callbacks, run_dir: Path, lean: bool = True):
     import pytorch_lightning as pl
 
-    return pl.Trainer(
+    from differank.rankers.training.lean_loop import install_lean_loop
+
+    trainer = pl.Trainer(
         default_root_dir=run_dir,
         max_epochs=2,
         limit_val_batches=0,
@@ -245,12 +211,14 @@ def bare_trainer(callbacks, run_dir: Path):
         accelerator="cpu",
         callbacks=callbacks,
     )
+    if lean:
+        install_lean_loop(trainer)
+    return trainer
 
 
-def train_py_trainer(callbacks, run_dir: Path, before: bool = False):
+def train_py_trainer(callbacks, run_dir: Path, lean: bool = True):
     """``make_trainer`` of ``train.py`` (conf/train.yaml's trainer, callbacks and loggers) with
-    ``run_dir`` as the run directory; ``before``: the finite guard reading every step, the NaN
-    fill on."""
+    ``run_dir`` as the run directory and ``lean_loop=lean``."""
     from reproduce import train_script
 
     from differank.rankers.run.tasks import make_trainer
@@ -260,12 +228,10 @@ def train_py_trainer(callbacks, run_dir: Path, before: bool = False):
         "trainer.accelerator=cpu",
         "+trainer.limit_val_batches=1",
         "+trainer.num_sanity_val_steps=0",
+        f"lean_loop={str(lean).lower()}",
     ]
-    if before:
-        overrides.append("callbacks.finite_guard.check_every_n_steps=1")
     cfg = train_script()["compose_run"](overrides, run_dir)
     trainer = make_trainer(cfg)
-    torch.utils.deterministic.fill_uninitialized_memory = before
     trainer.callbacks[:0] = callbacks
     return trainer
 
@@ -303,42 +269,38 @@ def lightning_epoch(dm, module, make_trainer, batches=None) -> dict:
 
 def lightning_rows(dm, tries: int = 2) -> dict[str, dict]:
     """name -> the fastest of ``tries`` second epochs, the runs interleaved."""
-    from differank.rankers.training.module import RankingModule
-
-    class BeforeModule(PerStepLogModule, RankingModule):
-        pass
-
-    class ManualModule(ManualStepModule, RankingModule):
-        pass
-
-    before_train_py = functools.partial(train_py_trainer, before=True)
+    lightning_loop = {"lean": False}
     runs = {
-        "Lightning `Trainer.fit` as train.py builds it (default trainer, callbacks, loggers)": (
-            RankingModule,
+        "`Trainer.fit` as train.py builds it (callbacks, loggers), lean loop (this change)": (
             train_py_trainer,
+            False,
         ),
-        "the same, before this change (self.log per step, guard reads every step, NaN fill)": (
-            BeforeModule,
-            before_train_py,
+        "the same, Lightning's own loop (lean_loop=false, before this change)": (
+            functools.partial(train_py_trainer, **lightning_loop),
+            False,
         ),
-        "train.py's trainer, manual optimization (not taken)": (ManualModule, train_py_trainer),
-        "Lightning `Trainer.fit`, bare Trainer (no callbacks, loggers or validation)": (
-            RankingModule,
+        "bare `Trainer.fit` (no callbacks, loggers or validation), lean loop": (
             bare_trainer,
+            False,
         ),
-        "the same, before this change (self.log per step)": (BeforeModule, bare_trainer),
-        "bare Trainer, manual optimization (not taken)": (ManualModule, bare_trainer),
-        "bare Trainer on the batches already in memory (Lightning's loop without the loader)": (
-            RankingModule,
+        "bare `Trainer.fit`, Lightning's own loop": (
+            functools.partial(bare_trainer, **lightning_loop),
+            False,
+        ),
+        "bare `Trainer.fit`, lean loop, on the batches already in memory (no loader)": (
             bare_trainer,
+            True,
+        ),
+        "bare `Trainer.fit`, Lightning's own loop, on the batches already in memory": (
+            functools.partial(bare_trainer, **lightning_loop),
+            True,
         ),
     }
-    in_memory = "bare Trainer on the batches already in memory"
     rows: dict[str, list[dict]] = {name: [] for name in runs}
     for _ in range(tries):
-        for name, (cls, trainer) in runs.items():
-            batches = list(dm.train_dataloader()) if name.startswith(in_memory) else None
-            module = make_model(dm.n_features, cls)[0]
+        for name, (trainer, in_memory) in runs.items():
+            batches = list(dm.train_dataloader()) if in_memory else None
+            module = make_model(dm.n_features)[0]
             rows[name].append(lightning_epoch(dm, module, trainer, batches))
     return {name: {k: min(t[k] for t in tries) for k in tries[0]} for name, tries in rows.items()}
 

@@ -41,6 +41,7 @@ from differank.rankers.run.scoring import (
     write_predictions,
 )
 from differank.rankers.training.checkpoints import load_checkpoint
+from differank.rankers.training.lean_loop import install_lean_loop
 
 TASKS = ("fit", "test", "predict", "export")
 log = logging.getLogger(__name__)
@@ -177,6 +178,8 @@ def make_trainer(cfg: DictConfig) -> pl.Trainer:
         enable_progress_bar=any(isinstance(c, pl.callbacks.ProgressBar) for c in callbacks),
     )
     check_ddp_launch(trainer)
+    if cfg.lean_loop:
+        install_lean_loop(trainer)
     # trainer.deterministic=true also makes torch fill every new tensor with NaN (so that a
     # read of uninitialised memory is reproducible): a write of every batch's bytes before the
     # gather writes them again (a quarter of the gather's time: benchmarks/epoch_overhead.py).
