@@ -119,18 +119,20 @@ def scan(objective, scorer, args, device, compiled: bool) -> list[dict]:
     return rows
 
 
-def mslr_epoch(fraction: float) -> dict:
+def mslr_epoch(fraction: float, data: Path | None = None) -> dict:
+    """One training epoch through the trainer train.py builds (its callbacks, loggers and lean
+    loop), on the MSLR-WEB30K-shaped text at ``fraction`` written to ``data``."""
     from data_path import write_set
-    from epoch_overhead import lightning_epoch
+    from epoch_overhead import lightning_epoch, train_py_trainer
 
     from differank.datamodules.letor import LetorDataModule
 
-    data = Path(f"/tmp/differank-mslr-{fraction:g}")
+    data = data or Path(f"/tmp/differank-mslr-{fraction:g}")
     write_set(data, fraction, seed=0)
     dm = LetorDataModule(data, batch_size=32, cache_dir=data / "cache")
     dm.setup()
     module, _ = build_module("linear", "domination", dm.n_features)
-    timing = lightning_epoch(dm, module)
+    timing = lightning_epoch(dm, module, train_py_trainer)
     queries = dm.dataset("train")
     docs = int(queries.lengths.sum())
     return {"docs": docs, "queries": len(queries), **timing}
@@ -172,6 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-seconds", type=float, default=5.0)
     parser.add_argument("--compile", action="store_true", help="also rows under torch.compile")
     parser.add_argument("--fraction", type=float, default=0.125, help="MSLR-shaped epoch scale")
+    parser.add_argument("--data", type=Path, help="where the epoch's text goes (default /tmp/...)")
     parser.add_argument("--no-epoch", action="store_true")
     parser.add_argument("--tiny", action="store_true", help="smoke mode")
     parser.add_argument("--out", type=Path)
@@ -195,10 +198,11 @@ def main(argv: list[str] | None = None) -> None:
         + table(rows, device.type)
     )
     if not args.no_epoch:
-        epoch = mslr_epoch(args.fraction)
+        epoch = mslr_epoch(args.fraction, args.data)
         text += (
-            f"\nMSLR-WEB30K-shaped training epoch at fraction {args.fraction:g} (Lightning, "
-            f"model=linear loss=domination, batch 32, warm cache): {epoch['queries']:,} queries, "
+            f"\nMSLR-WEB30K-shaped training epoch at fraction {args.fraction:g} (train.py's "
+            "trainer, model=linear loss=domination, batch 32, warm cache): "
+            f"{epoch['queries']:,} queries, "
             f"{epoch['docs']:,} documents in {epoch['epoch wall']:.2f} s wall "
             f"({epoch['docs'] / epoch['epoch wall']:,.0f} docs/s; CPU time {epoch['epoch']:.2f} "
             f"s, {epoch['docs'] / epoch['epoch']:,.0f} docs/s).\n"

@@ -246,6 +246,13 @@ def test_training_throughput_tiny(tmp_path):
     assert "skipped" not in text and RUN_LINE.search(text)
 
 
+def test_training_throughput_epoch_runs_through_train_py_s_trainer(tmp_path):
+    import training_throughput
+
+    epoch = training_throughput.mslr_epoch(0.002, tmp_path / "set")
+    assert epoch["docs"] > 0 and epoch["epoch wall"] > 0
+
+
 def test_epoch_overhead_tiny(tmp_path):
     import epoch_overhead
 
