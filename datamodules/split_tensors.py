@@ -181,7 +181,14 @@ class SplitTensors:
         return self._finish(features, doc_index, self._device(mask), counts, queries, width)
 
     def _device(self, array: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(array)).to(self.device, non_blocking=True)
+        """A host index array on the tensors' device. Onto a GPU it goes through pinned memory:
+        a copy from pageable memory may wait for the stream (the training step's kernels queued
+        ahead of it), a pinned one is queued behind them, and PyTorch's pinned allocator keeps
+        the buffer until the copy is done."""
+        host = torch.from_numpy(np.ascontiguousarray(array))
+        if self.device.type == "cuda":
+            host = host.pin_memory()
+        return host.to(self.device, non_blocking=True)
 
     def _finish(self, features, doc_index, mask, real, queries, width) -> dict:
         """The batch dict: padding rows of ``features`` zeroed, labels gathered."""

@@ -166,6 +166,26 @@ def test_cuda_split_batches_equal_the_host_ones():
         torch.testing.assert_close(device[key].cpu(), value)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_batches_are_built_without_a_device_sync():
+    """Whole lists and ``max_list`` draws: the index arrays go up through pinned memory and
+    nothing is read back, so building a batch never waits for the step's kernels."""
+    split = random_split(seed=3, shuffled_rows=True)[0].to("cuda")
+    generator = torch.Generator("cuda").manual_seed(0)
+
+    def build():
+        split.batch([1, 5, 3])
+        split.batch([0, 2, 4], max_list=3, generator=generator)
+
+    build()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        build()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
 def test_moved_names_still_import_from_letor_with_a_warning():
     from differank.datamodules import folds, letor, query_batches
 
