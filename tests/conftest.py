@@ -54,3 +54,18 @@ def train_config(tmp_path):
 requires_mq2008 = pytest.mark.skipif(
     not MQ2008.is_dir(), reason=f"MQ2008 not found at {MQ2008} (the shared data folder)"
 )
+
+
+def run_without_sync(step):
+    """Run ``step`` once to warm up (lazy CUDA init, constant tables copied to the device
+    once), then again under sync debug "error", where any host-device synchronisation raises."""
+    import torch
+
+    step()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()

@@ -18,7 +18,7 @@ from differank.losses import (
 )
 from differank.rankers.scorers.conerank import ConeRank
 from differank.rankers.scorers.linear import LinearRanker
-from tests.conftest import LOSS_RUNS
+from tests.conftest import LOSS_RUNS, run_without_sync
 
 pytestmark = [
     pytest.mark.gpu,
@@ -82,19 +82,6 @@ def test_one_training_epoch_on_cuda(train_config, objective, precision):
     value = train(cfg, Path(cfg.hydra.runtime.output_dir))
     assert 0.0 <= value <= 1.0
     assert (Path(cfg.hydra.runtime.output_dir) / "test_metrics.json").is_file()
-
-
-def run_without_sync(step):
-    """Run ``step`` once to warm up (lazy CUDA init, constant tables copied to the device
-    once), then again under sync debug "error", where any host-device synchronisation raises."""
-    step()
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        step()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    torch.cuda.synchronize()
 
 
 @pytest.mark.parametrize("name", LOSSES)

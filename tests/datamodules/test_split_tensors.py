@@ -15,6 +15,7 @@ from differank.datamodules.split_tensors import (
     padded_length,
 )
 from differank.datamodules.synthetic import SyntheticLetorDataModule
+from tests.conftest import run_without_sync
 
 
 def random_split(seed=0, n_queries=9, shuffled_rows=False):
@@ -177,13 +178,7 @@ def test_cuda_batches_are_built_without_a_device_sync():
         split.batch([1, 5, 3])
         split.batch([0, 2, 4], max_list=3, generator=generator)
 
-    build()
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        build()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
+    run_without_sync(build)
 
 
 def test_moved_names_still_import_from_letor_with_a_warning():
