@@ -14,7 +14,8 @@ What it runs for a batch is what Lightning's automatic optimization runs, in the
 with the same progress counters (so checkpoints resume the same), loggers and learning-rate
 schedulers:
 
-    fetch, convert_input, on_before_batch_transfer, batch_to_device, on_train_batch_start
+    fetch, convert_input, on_before_batch_transfer, transfer_batch_to_device,
+    on_after_batch_transfer, on_train_batch_start
     optimizer_step(closure)  # LightningModule hook -> optimizer.step -> the closure:
         training_step, on_before_zero_grad, optimizer_zero_grad,
         on_before_backward, backward, on_after_backward
@@ -44,7 +45,6 @@ from pytorch_lightning.loops.training_epoch_loop import _TrainingEpochLoop
 from pytorch_lightning.plugins.precision import MixedPrecision, Precision
 from pytorch_lightning.profilers import PassThroughProfiler
 from pytorch_lightning.strategies import SingleDeviceStrategy
-from pytorch_lightning.trainer import call
 
 # The per-step hooks of automatic optimization, in the order they run.
 _STEP_HOOKS = (
@@ -54,6 +54,7 @@ _STEP_HOOKS = (
     "on_after_backward",
     "on_train_batch_end",
 )
+_BATCH_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 
 
 def lean_path_refusal(trainer: pl.Trainer, data_fetcher) -> str | None:
@@ -98,6 +99,12 @@ class _Hooks:
             hook: getattr(module, hook) if _overrides(module, hook) else None
             for hook in _STEP_HOOKS
         }
+        # The batch hooks' owner, as Lightning picks it: the datamodule's when it overrides one,
+        # else the module's.
+        selector = trainer._data_connector._datahook_selector
+        self.batch_hooks = {
+            hook: getattr(selector.get_instance(hook), hook) for hook in _BATCH_HOOKS
+        }
 
     def __call__(self, hook: str, *args) -> None:
         """Lightning's order: the callbacks, then the module, with ``_current_fx_name`` set
@@ -113,6 +120,26 @@ class _Hooks:
         if own is not None:
             own(*args)
         module._current_fx_name = previous
+
+    def transfer(self, batch):
+        """The batch through on_before_batch_transfer, transfer_batch_to_device (to the
+        strategy's device) and on_after_batch_transfer."""
+        device = self.trainer.strategy.root_device
+        batch = self.batch_hook("on_before_batch_transfer", batch, 0)
+        batch = self.batch_hook("transfer_batch_to_device", batch, device, 0)
+        return self.batch_hook("on_after_batch_transfer", batch, 0)
+
+    def batch_hook(self, hook: str, *args):
+        implementation = self.batch_hooks[hook]
+        if implementation.__self__ is not self.module:
+            return implementation(*args)
+        module = self.module
+        previous = module._current_fx_name
+        module._current_fx_name = hook
+        try:
+            return implementation(*args)
+        finally:
+            module._current_fx_name = previous
 
     def module_hook(self, hook: str, *args):
         """A LightningModule hook every step calls (training_step, optimizer_step, ...)."""
@@ -149,8 +176,7 @@ class LeanEpochLoop(_TrainingEpochLoop):
         batch_idx = self.batch_idx + 1
         self.batch_progress.is_last_batch = data_fetcher.done
         batch = trainer.precision_plugin.convert_input(batch)
-        batch = trainer.lightning_module._on_before_batch_transfer(batch, dataloader_idx=0)
-        batch = call._call_strategy_hook(trainer, "batch_to_device", batch, dataloader_idx=0)
+        batch = hooks.transfer(batch)
         self.batch_progress.increment_ready()
         trainer._logger_connector.on_batch_start(batch)
         batch_output = None

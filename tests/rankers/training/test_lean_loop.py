@@ -14,6 +14,9 @@ from differank.rankers.scorers.linear import LinearRanker
 from differank.rankers.training.lean_loop import LeanEpochLoop, install_lean_loop
 from differank.rankers.training.module import RankingModule, warmup_cosine
 
+# Lightning's note that the recording module's batch hooks win over the datamodule's.
+pytestmark = pytest.mark.filterwarnings("ignore:You have overridden `on_:UserWarning")
+
 STEP_HOOKS = (
     "on_train_batch_start",
     "on_before_zero_grad",
@@ -56,6 +59,16 @@ class RecordingModule(RankingModule):
         self.log("train/step_loss", loss, on_step=True, on_epoch=True, batch_size=8)
         return loss
 
+    def on_before_batch_transfer(self, batch, dataloader_idx):
+        if self.trainer.training:
+            self.calls.append(("module", "on_before_batch_transfer", self._current_fx_name, None))
+        return batch
+
+    def on_after_batch_transfer(self, batch, dataloader_idx):
+        if self.trainer.training:
+            self.calls.append(("module", "on_after_batch_transfer", self._current_fx_name, None))
+        return batch
+
     def on_before_zero_grad(self, optimizer):
         self.calls.append(("module", "on_before_zero_grad", self.global_step, None))
 
@@ -70,7 +83,25 @@ class RecordingModule(RankingModule):
         self.calls.append(("module", "on_train_batch_end", batch_idx, round(loss, 6)))
 
 
-def fit(tmp_path, lean: bool, module_class=RecordingModule, ckpt_path=None, **trainer_options):
+class RecordingData(SyntheticLetorDataModule):
+    """The datamodule's own batch hook: Lightning calls it instead of the module's."""
+
+    calls: list
+
+    def on_after_batch_transfer(self, batch, dataloader_idx):
+        if self.trainer.training:
+            self.calls.append(("datamodule", "on_after_batch_transfer", batch["mask"].shape))
+        return batch
+
+
+def fit(
+    tmp_path,
+    lean: bool,
+    module_class=RecordingModule,
+    ckpt_path=None,
+    data_class=SyntheticLetorDataModule,
+    **trainer_options,
+):
     calls: list = []
     torch.manual_seed(0)
     module = module_class(
@@ -81,7 +112,7 @@ def fit(tmp_path, lean: bool, module_class=RecordingModule, ckpt_path=None, **tr
         scheduler=partial(warmup_cosine, warmup_fraction=0.2),
     )
     module.calls = calls
-    data = SyntheticLetorDataModule(
+    data = data_class(
         n_train_queries=40,
         n_val_queries=10,
         n_test_queries=10,
@@ -89,6 +120,7 @@ def fit(tmp_path, lean: bool, module_class=RecordingModule, ckpt_path=None, **tr
         root=tmp_path / "data",
         seed=3,
     )
+    data.calls = calls
     options = dict(
         max_epochs=2,
         logger=False,
@@ -132,6 +164,17 @@ def test_the_lean_loop_runs_lightnings_hooks_in_order_with_the_same_results(tmp_
     assert len(lean_calls) > 10 * 5  # every step's hooks were recorded
     assert_same(outcome(lean, lean_module), outcome(lightning, lightning_module))
     assert "train/step_loss_step" in lean.callback_metrics  # logged from training_step
+
+
+def test_a_datamodules_batch_hook_is_called_in_place_of_the_modules(tmp_path):
+    lightning, lightning_module, lightning_calls, _ = fit(tmp_path, False, data_class=RecordingData)
+    lean, lean_module, lean_calls, loop = fit(tmp_path, True, data_class=RecordingData)
+    assert loop.refusal is None and lean_calls == lightning_calls
+    assert any(call[0] == "datamodule" for call in lean_calls)
+    assert not any(
+        call[1] == "on_after_batch_transfer" for call in lean_calls if call[0] == "module"
+    )
+    assert_same(outcome(lean, lean_module), outcome(lightning, lightning_module))
 
 
 def test_gradient_clipping_gives_lightnings_weights(tmp_path):
@@ -193,5 +236,6 @@ def test_resuming_mid_epoch_continues_as_lightning_does(tmp_path):
         runs[False],
         runs[True],
     )
-    assert lean_calls == lightning_calls and lean_calls[0][2] == 3  # resumed at step 3
+    first_step = next(call for call in lean_calls if call[1] == "training_step")
+    assert lean_calls == lightning_calls and first_step[2] == 3  # resumed at step 3
     assert_same(outcome(lean, lean_module), outcome(lightning, lightning_module))
