@@ -22,6 +22,13 @@ copied as one block of rows (one memcpy per list, about twice as fast as a per-r
 Padding slots gather some real row and are then overwritten with zeros, row by row, from indices
 computed on the host (a broadcast ``masked_fill`` over the batch costs as much as the gather).
 
+On a CPU, whole lists are copied by one compiled kernel (:func:`_copy_lists`, numba, ``nogil``)
+that writes the padded features, labels, mask and document indices in one pass and copies only
+the real rows. The prefetching loader builds the next batch in a thread while the training step
+runs: torch's gather holds the GIL for a dozen small ops per batch, and each time the step's ops
+wait for it (about 0.04 s over a 1/8 MSLR epoch, a quarter of its steps); the kernel holds it
+once. On an accelerator, and for ``max_list`` draws, batches are torch ops on the device.
+
 Static lengths: L is the smallest of 8, 12, 16, 24, 32, 48, 64, 96, ... (``2^k`` and
 ``3·2^(k-1)``) that holds the batch's longest list, capped at ``cap`` (the split's longest
 list, after any ``max_list``). So a batch is padded by less than 1.5x beyond 8 documents, and a
@@ -40,6 +47,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numba
 import numpy as np
 import torch
 from torch.utils.data import Dataset
@@ -117,6 +125,12 @@ class SplitTensors:
             and torch.equal(self.rows, torch.arange(len(self.rows), device=self.rows.device))
         )
         self._host_rows = None if self._rows_in_order else self.rows.cpu().numpy()
+        self._copied_on_host = (
+            self.device.type == "cpu"
+            and self.features.dtype in (torch.float32, torch.float64)
+            and self.features.is_contiguous()
+            and self.labels.is_contiguous()
+        )
 
     @classmethod
     def from_queries(cls, features, labels, query_rows: Sequence[np.ndarray], query_ids):
@@ -161,6 +175,34 @@ class SplitTensors:
         width = padded_length(capped, self.cap(max_list))
         if max_list is not None and longest > max_list:
             return self._drawn_batch(queries, counts, width, max_list, generator)
+        if self._copied_on_host:
+            return self._copied_batch(queries, counts, width)
+        return self._gathered_batch(queries, counts, width)
+
+    def _copied_batch(self, queries, counts, width) -> dict[str, torch.Tensor]:
+        """Whole lists on a CPU: one call of the compiled kernel (module docstring). The
+        outputs are torch's memory (its allocator reuses freed blocks; fresh pages cost a
+        fault each)."""
+        size = (len(queries), width)
+        batch = {
+            "features": torch.empty((*size, self.features.shape[1]), dtype=self.features.dtype),
+            "labels": torch.empty(size, dtype=self.labels.dtype),
+            "mask": torch.empty(size, dtype=torch.bool),
+            "qid": torch.from_numpy(self._host_query_ids[queries]),
+            "doc_index": torch.empty(size, dtype=torch.int64),
+        }
+        _copy_lists(
+            self.features.numpy(),
+            self.labels.numpy(),
+            np.zeros(0, np.int64) if self._rows_in_order else self._host_rows,
+            self._host_offsets[queries],
+            counts,
+            *(batch[key].numpy() for key in ("features", "labels", "mask", "doc_index")),
+        )
+        return batch
+
+    def _gathered_batch(self, queries, counts, width) -> dict[str, torch.Tensor]:
+        """Whole lists by torch ops on the tensors' device."""
         # Whole lists: the [B, L] index tensors follow from the host's offsets (a few numpy
         # operations, one copy each), and the device does the one big gather.
         starts = self._host_offsets[queries]
@@ -238,6 +280,33 @@ class SplitTensors:
         priority.scatter_add_(1, chosen_low, 3.0 * crowded[:, None].to(priority.dtype))
         priority.masked_fill_(~valid, -1.0)
         return priority.topk(max_list, dim=1).indices.sort(1).values
+
+
+@numba.njit(nogil=True, cache=True)
+def _copy_lists(features, labels, rows, starts, counts, features_out, labels_out, mask, doc):
+    """Fill the padded ``features_out`` ``[B, L, F]``, ``labels_out`` (0 on padding), ``mask``
+    and ``doc`` (-1 on padding) with the lists starting at ``starts`` with ``counts`` documents;
+    list position ``j`` is row ``start + j`` of the split, through ``rows`` unless it is empty
+    (rows in file order: one block copy per list). Every slot is written once."""
+    width = features_out.shape[1]
+    for b in range(starts.shape[0]):
+        start, count = starts[b], counts[b]
+        if rows.shape[0] == 0:
+            features_out[b, :count, :] = features[start : start + count, :]
+            labels_out[b, :count] = labels[start : start + count]
+            for j in range(count):
+                doc[b, j] = start + j
+        else:
+            for j in range(count):
+                row = rows[start + j]
+                features_out[b, j, :] = features[row, :]
+                labels_out[b, j] = labels[row]
+                doc[b, j] = row
+        features_out[b, count:width, :] = 0
+        labels_out[b, count:width] = 0
+        mask[b, :count] = True
+        mask[b, count:width] = False
+        doc[b, count:width] = -1
 
 
 def _padding_slots(real: np.ndarray, width: int) -> np.ndarray:

@@ -157,6 +157,42 @@ def test_a_split_that_does_not_go_on_the_device_is_streamed(tmp_path, caplog):
     assert dm._device_dataset("train", torch.device("cpu")) is dm.dataset("train")
 
 
+@pytest.mark.parametrize("shuffled_rows", [False, True])
+@pytest.mark.parametrize("queries", [[4, 0, 7, 2], [3], [8, 8, 1], list(range(9))])
+def test_the_cpu_kernel_and_the_device_gather_give_the_same_batch(shuffled_rows, queries):
+    """CPU batches come from the compiled kernel; accelerators run the torch gather (here on
+    the CPU): the same dict, dtypes included, padded to the same static length."""
+    split, _ = random_split(seed=5, shuffled_rows=shuffled_rows)
+    assert split._copied_on_host
+    queries = np.asarray(queries)
+    counts = split.lengths[queries]
+    width = padded_length(int(counts.max()), split.cap())
+    copied = split._copied_batch(queries, counts, width)
+    gathered = split._gathered_batch(queries, counts, width)
+    assert copied.keys() == gathered.keys()
+    for key, value in gathered.items():
+        assert copied[key].dtype == value.dtype and torch.equal(copied[key], value), key
+
+
+def test_float16_or_strided_features_take_the_torch_gather():
+    split, _ = random_split()
+    half = SplitTensors(
+        split.features.half(), split.labels, split.rows, split.offsets, split.query_ids
+    )
+    strided = SplitTensors(
+        torch.randn(len(split.labels), 8)[:, ::2],
+        split.labels,
+        split.rows,
+        split.offsets,
+        split.query_ids,
+    )
+    assert not half._copied_on_host and not strided._copied_on_host
+    assert half.batch([0, 1])["features"].dtype == torch.float16
+    torch.testing.assert_close(
+        strided.batch([0])["features"][0, : split.lengths[0]], strided.features[: split.lengths[0]]
+    )
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_split_batches_equal_the_host_ones():
     split, _ = random_split(seed=3, shuffled_rows=True)
