@@ -15,15 +15,20 @@ The set is benchmarks/data_path.py's MSLR-WEB30K-shaped LETOR text at ``--fracti
 * epoch: the loader and the steps together, as training runs them;
 * ratio = epoch / steps (the target is <= 1.25).
 
-The last rows run the epoch through Lightning's ``Trainer.fit`` with this change's loader,
-timed from the training epoch's start to its end or to the start of its validation (the second
-epoch: the first pays one-off set-up), against the same steps:
+On a CPU the loader forms batches by the compiled copy (``split_tensors._copy_lists``); the
+"torch gather" rows form them by the torch ops that accelerators run, as the CPU loader did
+before the kernel.
+
+The last rows run the epoch through Lightning's ``Trainer.fit``, timed from the training
+epoch's start to its end or to the start of its validation (the second epoch: the first pays
+one-off set-up), against the same steps:
 
 * as ``train.py`` builds it: ``make_trainer`` on ``conf/train.yaml``'s trainer, callbacks and
   loggers (checkpoints, early stopping, console, progress bar, the guards, requeue, learning
   rate monitor, CSV and TensorBoard; validation cut to one batch, outside the timing), with the
-  lean epoch loop (``lean_loop=true``, the default) and with Lightning's own (``false``);
-* a bare ``Trainer`` (no callbacks, loggers, progress bar or validation), with either loop;
+  lean epoch loop (``lean_loop=true``, the default) or Lightning's own (``false``), and either
+  way of forming batches;
+* a bare ``Trainer`` (no callbacks, loggers, progress bar or validation);
 * the bare ``Trainer`` on the epoch's batches built beforehand: the loop without the loader.
 """
 
@@ -41,6 +46,7 @@ import torch
 from data_path import write_set
 
 BATCH_SIZE = 32
+TRAIN_PY_LOADER = "compiled copy, static lengths, next batch built in a thread (train.py's loader)"
 
 
 def old_loader(dataset, sampler):
@@ -77,6 +83,18 @@ def pad_to_longest():
         split_tensors.padded_length = rule
 
 
+@contextlib.contextmanager
+def torch_gather(dm):
+    """The training split's batches by the torch gather that accelerators run (the CPU
+    loader's path before the compiled kernel) instead of the CPU kernel."""
+    split = dm.dataset("train").tensors
+    kernel, split._copied_on_host = split._copied_on_host, False
+    try:
+        yield
+    finally:
+        split._copied_on_host = kernel
+
+
 def approaches(dm):
     """name -> (a function giving one epoch's batch iterator, a context to run it in)."""
     from torch.utils.data import DataLoader
@@ -105,24 +123,25 @@ def approaches(dm):
         return first_epoch(lambda: (dataset.__getitems__(keys) for keys in sampler))
 
     return {
-        "per-query loop + collate_queries (before)": (
+        "per-query loop + collate_queries (two releases ago)": (
             first_epoch(lambda: old_loader(host, sampler)),
             contextlib.nullcontext,
         ),
-        "gather, static lengths, next batch built in a thread (this change's loader)": (
+        TRAIN_PY_LOADER: (first_epoch(lambda: iter(loader)), contextlib.nullcontext),
+        "torch gather, the same (the previous release's loader)": (
             first_epoch(lambda: iter(loader)),
-            contextlib.nullcontext,
+            functools.partial(torch_gather, dm),
         ),
-        "gather, static lengths, plain DataLoader (no prefetch)": (
+        "compiled copy, plain DataLoader (no prefetch)": (
             first_epoch(lambda: iter(plain)),
             contextlib.nullcontext,
         ),
-        "gather, static lengths, no DataLoader": (with_dataset(host), contextlib.nullcontext),
-        "gather, pad to the longest list, no prefetch": (
+        "compiled copy, no DataLoader": (with_dataset(host), contextlib.nullcontext),
+        "compiled copy, pad to the longest list, no prefetch": (
             first_epoch(lambda: iter(plain)),
             pad_to_longest,
         ),
-        "gather from an in-RAM copy (not the mapped cache), no prefetch": (
+        "compiled copy from an in-RAM copy (not the mapped cache), no prefetch": (
             with_dataset(in_ram),
             contextlib.nullcontext,
         ),
@@ -270,38 +289,42 @@ def lightning_epoch(dm, module, make_trainer, batches=None) -> dict:
 def lightning_rows(dm, tries: int = 2) -> dict[str, dict]:
     """name -> the fastest of ``tries`` second epochs, the runs interleaved."""
     lightning_loop = {"lean": False}
-    runs = {
-        "`Trainer.fit` as train.py builds it (callbacks, loggers), lean loop (this change)": (
-            train_py_trainer,
+    lightning = functools.partial(train_py_trainer, **lightning_loop)
+    bare_lightning = functools.partial(bare_trainer, **lightning_loop)
+    copy, gather = contextlib.nullcontext, functools.partial(torch_gather, dm)
+    runs = {  # name -> (trainer, batches in memory, how the loader forms batches)
+        "`Trainer.fit` as train.py builds it (callbacks, loggers): lean loop, compiled copy "
+        "(this change)": (train_py_trainer, False, copy),
+        "the same, lean loop, torch gather": (train_py_trainer, False, gather),
+        "the same, Lightning's own loop, torch gather (before this change)": (
+            lightning,
             False,
+            gather,
         ),
-        "the same, Lightning's own loop (lean_loop=false, before this change)": (
-            functools.partial(train_py_trainer, **lightning_loop),
-            False,
-        ),
-        "bare `Trainer.fit` (no callbacks, loggers or validation), lean loop": (
+        "bare `Trainer.fit` (no callbacks, loggers or validation): lean loop, compiled copy": (
             bare_trainer,
             False,
+            copy,
         ),
-        "bare `Trainer.fit`, Lightning's own loop": (
-            functools.partial(bare_trainer, **lightning_loop),
-            False,
-        ),
+        "bare `Trainer.fit`: Lightning's own loop, torch gather": (bare_lightning, False, gather),
         "bare `Trainer.fit`, lean loop, on the batches already in memory (no loader)": (
             bare_trainer,
             True,
+            copy,
         ),
         "bare `Trainer.fit`, Lightning's own loop, on the batches already in memory": (
-            functools.partial(bare_trainer, **lightning_loop),
+            bare_lightning,
             True,
+            copy,
         ),
     }
     rows: dict[str, list[dict]] = {name: [] for name in runs}
     for _ in range(tries):
-        for name, (trainer, in_memory) in runs.items():
+        for name, (trainer, in_memory, forming) in runs.items():
             batches = list(dm.train_dataloader()) if in_memory else None
             module = make_model(dm.n_features)[0]
-            rows[name].append(lightning_epoch(dm, module, trainer, batches))
+            with forming():
+                rows[name].append(lightning_epoch(dm, module, trainer, batches))
     return {name: {k: min(t[k] for t in tries) for k in tries[0]} for name, tries in rows.items()}
 
 
@@ -334,7 +357,7 @@ def main(argv: list[str] | None = None) -> None:
     best = {name: {k: min(r[k] for r in tries) for k in tries[0]} for name, tries in rows.items()}
     with_lightning = lightning_rows(dm, tries=1 if args.tiny else 2)
     train_py = next(iter(with_lightning.values()))
-    default = best["gather, static lengths, next batch built in a thread (this change's loader)"]
+    default = best[TRAIN_PY_LOADER]
     n_batches = len(dm.train_dataloader())
     lines = [
         f"MSLR-WEB30K-shaped set at fraction {fraction:g} (benchmarks/data_path.py's text, warm "

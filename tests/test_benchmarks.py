@@ -261,5 +261,6 @@ def test_epoch_overhead_tiny(tmp_path):
         ["--tiny", "--rounds", "1", "--data", str(tmp_path / "set"), "--out", str(out)]
     )
     text = out.read_text()
-    assert "| per-query loop + collate_queries (before) |" in text and "Target:" in text
+    assert "| per-query loop + collate_queries (two releases ago) |" in text and "Target:" in text
+    assert "| torch gather, the same (the previous release's loader) |" in text
     assert RUN_LINE.search(text)
