@@ -52,6 +52,7 @@ _STEP_HOOKS = (
     "on_before_zero_grad",
     "on_before_backward",
     "on_after_backward",
+    "on_before_optimizer_step",
     "on_train_batch_end",
 )
 _BATCH_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
@@ -72,7 +73,7 @@ def lean_path_refusal(trainer: pl.Trainer, data_fetcher) -> str | None:
         (isinstance(data_fetcher, _DataLoaderIterDataFetcher), "a dataloader_iter step"),
         (_overrides(module, "on_train_batch_start"), "the module overrides on_train_batch_start"),
         (
-            type(precision) not in (Precision, MixedPrecision)
+            type(precision) not in _SERVED_PRECISION
             or getattr(precision, "scaler", None) is not None,
             f"precision plugin {type(precision).__name__}",
         ),
@@ -141,13 +142,13 @@ class _Hooks:
         finally:
             module._current_fx_name = previous
 
-    def module_hook(self, hook: str, *args):
+    def module_hook(self, hook: str, *args, **kwargs):
         """A LightningModule hook every step calls (training_step, optimizer_step, ...)."""
         module = self.module
         previous = module._current_fx_name
         module._current_fx_name = hook
         try:
-            return getattr(module, hook)(*args)
+            return getattr(module, hook)(*args, **kwargs)
         finally:
             module._current_fx_name = previous
 
@@ -236,9 +237,47 @@ class LeanEpochLoop(_TrainingEpochLoop):
         return result.loss
 
 
+class _LeanAfterClosure:
+    """The precision plugin's step between the closure and the optimizer's update: the hooks
+    ``on_before_optimizer_step`` and ``configure_gradient_clipping`` (Lightning's order), called
+    directly while the lean loop serves the epoch, and by Lightning otherwise."""
+
+    def _after_closure(self, model: pl.LightningModule, optimizer) -> None:
+        hooks = getattr(model.trainer.fit_loop.epoch_loop, "_hooks", None)
+        if hooks is None:
+            super()._after_closure(model, optimizer)
+            return
+        trainer = model.trainer
+        hooks("on_before_optimizer_step", optimizer)
+        hooks.module_hook(
+            "configure_gradient_clipping",
+            optimizer,
+            gradient_clip_val=trainer.gradient_clip_val,
+            gradient_clip_algorithm=trainer.gradient_clip_algorithm,
+        )
+
+
+class LeanPrecision(_LeanAfterClosure, Precision):
+    """``32-true`` with the lean loop's hook calls."""
+
+
+class LeanMixedPrecision(_LeanAfterClosure, MixedPrecision):
+    """``bf16-mixed`` / ``16-mixed`` with the lean loop's hook calls."""
+
+
+_LEAN_PRECISION = {Precision: LeanPrecision, MixedPrecision: LeanMixedPrecision}
+_SERVED_PRECISION = (*_LEAN_PRECISION, *_LEAN_PRECISION.values())
+
+
 def install_lean_loop(trainer: pl.Trainer) -> LeanEpochLoop:
-    """Replace ``trainer``'s training epoch loop by a :class:`LeanEpochLoop` (same limits)."""
+    """Replace ``trainer``'s training epoch loop by a :class:`LeanEpochLoop` (same limits), and
+    its precision plugin's class by the lean subclass (the same object: the strategy and the
+    accelerator connector both hold it, and it keeps its settings)."""
     current = trainer.fit_loop.epoch_loop
     loop = LeanEpochLoop(trainer, min_steps=current.min_steps, max_steps=current.max_steps)
     trainer.fit_loop.epoch_loop = loop
+    plugin = trainer.strategy.precision_plugin
+    if type(plugin) in _LEAN_PRECISION:
+        plugin.__class__ = _LEAN_PRECISION[type(plugin)]
     return loop
+
