@@ -381,7 +381,7 @@ def main(argv: list[str] | None = None) -> None:
         deterministic.append(deterministic_steps(runs[TRAIN_PY_LOADER][0], module, optimizer))
     best = {name: {k: min(r[k] for r in tries) for k in tries[0]} for name, tries in rows.items()}
     deterministic_best = {k: min(r[k] for r in deterministic) for k in deterministic[0]}
-    with_lightning = lightning_rows(dm, tries=1 if args.tiny else 2)
+    with_lightning = lightning_rows(dm, tries=args.rounds)
     train_py = next(iter(with_lightning.values()))
     default = best[TRAIN_PY_LOADER]
     n_batches = len(dm.train_dataloader())
