@@ -26,8 +26,9 @@ On a CPU, whole lists are copied by one compiled kernel (:func:`_copy_lists`, nu
 that writes the padded features, labels, mask and document indices in one pass and copies only
 the real rows. The prefetching loader builds the next batch in a thread while the training step
 runs: torch's gather holds the GIL for a dozen small ops per batch, and each time the step's ops
-wait for it (about 0.04 s over a 1/8 MSLR epoch, a quarter of its steps); the kernel holds it
-once. On an accelerator, and for ``max_list`` draws, batches are torch ops on the device.
+wait for it (0.02 s of wall time over a 1/8 MSLR epoch through train.py, an eighth of its steps:
+benchmarks/results/epoch_overhead.md); the kernel holds it once. On an accelerator, and for
+``max_list`` draws, batches are torch ops on the device.
 
 Static lengths: L is the smallest of 8, 12, 16, 24, 32, 48, 64, 96, ... (``2^k`` and
 ``3·2^(k-1)``) that holds the batch's longest list, capped at ``cap`` (the split's longest

@@ -6,9 +6,9 @@ Public API::
     install_lean_loop(trainer) -> LeanEpochLoop            # put it in ``trainer.fit_loop``
 
 Why: Lightning runs about 1,700 Python calls around every training step (a profiler context
-around each hook of each callback, closure and result objects, ...): about 0.6 ms a step on a
-CPU, a quarter of a linear model's step on a 1/8 MSLR-WEB30K batch, and far more than the step
-itself on a GPU (benchmarks/results/epoch_overhead.md).
+around each hook of each callback, closure and result objects, ...): about 0.5 ms a step on the
+2-core CPU, a fifth of a linear model's step on a 1/8 MSLR-WEB30K batch (this loop: 0.2 ms), and
+more than a small model's whole step on a GPU (benchmarks/results/epoch_overhead.md).
 
 What it runs for a batch is what Lightning's automatic optimization runs, in the same order,
 with the same progress counters (so checkpoints resume the same), loggers and learning-rate
