@@ -17,24 +17,19 @@ from differank.rankers.training.module import RankingModule, warmup_cosine
 # Lightning's note that the recording module's batch hooks win over the datamodule's.
 pytestmark = pytest.mark.filterwarnings("ignore:You have overridden `on_:UserWarning")
 
-STEP_HOOKS = (
-    "on_train_batch_start",
-    "on_before_zero_grad",
-    "on_before_backward",
-    "on_after_backward",
-    "on_before_optimizer_step",
-    "on_train_batch_end",
-)
+# Every hook a callback can have (Lightning's list, not the lean loop's): whatever either loop
+# calls, in whatever order, is recorded.
+CALLBACK_HOOKS = [name for name in dir(pl.Callback) if name.startswith("on_")]
 
 
 class Recorder(pl.Callback):
-    """Every per-step hook, with its step and what it can see."""
+    """Every callback hook, with its step and what it can see."""
 
     def __init__(self, calls: list):
         self.calls = calls
 
     def __getattribute__(self, name):
-        if name in STEP_HOOKS:
+        if name in CALLBACK_HOOKS:
             calls = object.__getattribute__(self, "calls")
 
             def record(trainer, module, *args):
@@ -44,7 +39,7 @@ class Recorder(pl.Callback):
         return object.__getattribute__(self, name)
 
 
-for _hook in STEP_HOOKS:  # overridden, so that the lean loop calls them
+for _hook in CALLBACK_HOOKS:  # overridden, so that the lean loop calls them
     setattr(Recorder, _hook, lambda self, *args: None)
 
 
