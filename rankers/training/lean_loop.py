@@ -29,8 +29,8 @@ this path when the run has nothing it leaves out, checked at every epoch start
 accumulation, one device, no profiler, a module that does not override ``on_train_batch_start``
 (whose ``-1`` skips the epoch), float32 or bf16 autocast without a gradient scaler, and not
 resuming in the middle of an epoch. Any other run, or batch, goes through Lightning's own
-``advance``; ``tests/rankers/test_lean_loop.py`` checks that both give the same hooks in the same
-order, the same weights bit for bit and the same progress.
+``advance``; ``tests/rankers/training/test_lean_loop.py`` checks that both give the same hooks
+in the same order, the same weights bit for bit and the same progress.
 """
 
 from __future__ import annotations
