@@ -289,7 +289,14 @@ def lightning_epoch(dm, module, make_trainer, batches=None) -> dict:
         def on_validation_start(self, trainer, pl_module):
             if getattr(self, "clock", None) is not None and not trainer.sanity_checking:
                 self.clock.__exit__()
-                times.append({"epoch": self.clock.cpu, "epoch wall": self.clock.wall})
+                times.append(
+                    {
+                        "epoch": self.clock.cpu,
+                        "epoch wall": self.clock.wall,
+                        # train.py's trainer.deterministic=true turns these kernels on
+                        "deterministic": torch.are_deterministic_algorithms_enabled(),
+                    }
+                )
                 self.clock = None
 
         on_train_epoch_end = on_validation_start
@@ -344,11 +351,6 @@ def lightning_rows(dm, tries: int = 2) -> dict[str, dict]:
             with forming():
                 rows[name].append(lightning_epoch(dm, module, trainer, batches))
     return {name: {k: min(t[k] for t in tries) for k in tries[0]} for name, tries in rows.items()}
-
-
-def uses_deterministic_kernels(name: str) -> bool:
-    """train.py's trainer runs with ``trainer.deterministic=true``; the bare one does not."""
-    return not name.startswith("bare")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -411,8 +413,8 @@ def main(argv: list[str] | None = None) -> None:
             f"{ratios(row, row)} | {row['padding']:.2f} | {row['L']} |"
         )
     for name, row in with_lightning.items():
-        steps = deterministic_best if uses_deterministic_kernels(name) else default
-        marker = " (deterministic kernels)" if uses_deterministic_kernels(name) else ""
+        steps = deterministic_best if row["deterministic"] else default
+        marker = " (deterministic kernels)" if row["deterministic"] else ""
         lines.append(
             f"| {name} | - | {cell(steps, 'steps')}{marker} | {cell(row, 'epoch')} | "
             f"{ratios(row, steps)} | - | - |"
