@@ -149,6 +149,21 @@ def test_early_stopping_and_conerank_epochs_are_announced(tmp_path, caplog, caps
     assert "━" in capsys.readouterr().out  # the progress bar
 
 
+@pytest.mark.parametrize("value", ["true", "false"])
+def test_lean_loop_is_accepted_for_one_release_and_warns_that_it_does_nothing(
+    tmp_path, caplog, value
+):
+    from differank.rankers.run.tasks import make_trainer
+
+    caplog.set_level(logging.WARNING, logger="differank.rankers.run.tasks")
+    make_trainer(compose_run(["logger=csv"], tmp_path))
+    assert "lean_loop" not in caplog.text  # the default (null) says nothing
+    trainer = make_trainer(compose_run([f"lean_loop={value}", "logger=csv"], tmp_path))
+    assert f"lean_loop={value.capitalize()} has no effect" in caplog.text
+    assert "Lightning's own loop" in caplog.text
+    assert type(trainer.fit_loop.epoch_loop).__module__.startswith("pytorch_lightning.")
+
+
 HELP_TOPICS = (
     "task=",
     "fit",

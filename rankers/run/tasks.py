@@ -41,7 +41,6 @@ from differank.rankers.run.scoring import (
     write_predictions,
 )
 from differank.rankers.training.checkpoints import load_checkpoint
-from differank.rankers.training.lean_loop import install_lean_loop
 
 TASKS = ("fit", "test", "predict", "export")
 log = logging.getLogger(__name__)
@@ -178,8 +177,7 @@ def make_trainer(cfg: DictConfig) -> pl.Trainer:
         enable_progress_bar=any(isinstance(c, pl.callbacks.ProgressBar) for c in callbacks),
     )
     check_ddp_launch(trainer)
-    if cfg.lean_loop:
-        install_lean_loop(trainer)
+    warn_removed_options(cfg)
     # trainer.deterministic=true also makes torch fill every new tensor with NaN (so that a
     # read of uninitialised memory is reproducible): a write of every batch's bytes before the
     # gather writes them again (a quarter of the gather's time: benchmarks/epoch_overhead.py).
@@ -187,6 +185,17 @@ def make_trainer(cfg: DictConfig) -> pl.Trainer:
     # fill goes.
     torch.utils.deterministic.fill_uninitialized_memory = False
     return trainer
+
+
+def warn_removed_options(cfg: DictConfig) -> None:
+    """Config keys accepted for one more release although they no longer do anything."""
+    if cfg.get("lean_loop") is not None:
+        log.warning(
+            "lean_loop=%s has no effect and will be removed in the next release: training "
+            "always runs through Lightning's own loop; drop lean_loop from your command line "
+            "or config",
+            cfg.lean_loop,
+        )
 
 
 def write_lightning_outputs(cfg, trainer, model, datamodule, run_dir: Path, weights: str) -> None:
