@@ -87,7 +87,6 @@ from differank.datamodules.normalization import (
     column_stats,
     query_minmax,
 )
-from differank.datamodules.prefetch import PrefetchingDataLoader
 from differank.datamodules.reader import (
     LetorFile,
     check_fold_budget,
@@ -586,7 +585,7 @@ class LetorDataModule(pl.LightningDataModule):
         # Batches gathered on an accelerator are built in this process (worker processes
         # cannot hand over device tensors); streamed ones are pinned for the copy.
         workers = self.num_workers if dataset.tensors.device.type == "cpu" else 0
-        return PrefetchingDataLoader(
+        return DataLoader(
             dataset,
             batch_sampler=sampler,
             collate_fn=QueryBatchDataset.collate_fn,
@@ -597,16 +596,6 @@ class LetorDataModule(pl.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train")
-
-    def transfer_batch_to_device(self, batch, device: torch.device, dataloader_idx: int):
-        """A batch already on ``device`` (gathered there from the split's tensors) as it is:
-        Lightning's walk over the batch dict costs a fraction of a millisecond per step; any
-        other batch goes through Lightning's own transfer."""
-        if isinstance(batch, dict) and all(
-            isinstance(value, torch.Tensor) and value.device == device for value in batch.values()
-        ):
-            return batch
-        return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("val")
