@@ -15,20 +15,15 @@ Public API::
 Layout: ``features`` [N, F] and ``labels`` [N] are the split's rows in file order (on CPU a
 memory-mapped cache entry is used as is, no copy); query ``q`` is the rows
 ``rows[offsets[q]:offsets[q + 1]]`` (file order), id ``query_ids[q]``. A batch of queries is
-formed by ONE index gather into padded ``[B, L, F]`` on the tensors' device: no Python loop over
-queries, and nothing is read back to the host (the list lengths the padding needs are host
-metadata, ``lengths``). When the split's rows are in query order (the usual file), each list is
-copied as one block of rows (one memcpy per list, about twice as fast as a per-row gather).
-Padding slots gather some real row and are then overwritten with zeros, row by row, from indices
-computed on the host (a broadcast ``masked_fill`` over the batch costs as much as the gather).
-
-On a CPU, whole lists are copied by one compiled kernel (:func:`_copy_lists`, numba, ``nogil``)
-that writes the padded features, labels, mask and document indices in one pass and copies only
-the real rows. The prefetching loader builds the next batch in a thread while the training step
-runs: torch's gather holds the GIL for a dozen small ops per batch, and each time the step's ops
-wait for it (0.02 s of wall time over a 1/8 MSLR epoch through train.py, an eighth of its steps:
-benchmarks/results/epoch_overhead.md); the kernel holds it once. On an accelerator, and for
-``max_list`` draws, batches are torch ops on the device.
+formed by ONE builder, :meth:`SplitTensors.batch`, the same torch ops on every device: the
+documents of each list are chosen (all of them, or the ``max_list`` draw below), then ONE index
+gather forms the padded ``[B, L, F]`` on the tensors' device: no Python loop over queries, and
+nothing is read back to the host (the list lengths the padding needs are host metadata,
+``lengths``). When whole lists are served and the split's rows are in query order (the usual
+file), each list is copied as one block of rows (one memcpy per list instead of a per-row
+gather). Padding slots gather some real row and are then overwritten with zeros, row by row,
+from indices computed on the host (a broadcast ``masked_fill`` over the batch costs as much as
+the gather).
 
 Static lengths: L is the smallest of 8, 12, 16, 24, 32, 48, 64, 96, ... (``2^k`` and
 ``3·2^(k-1)``) that holds the batch's longest list, capped at ``cap`` (the split's longest
@@ -48,7 +43,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numba
 import numpy as np
 import torch
 from torch.utils.data import Dataset
@@ -126,12 +120,6 @@ class SplitTensors:
             and torch.equal(self.rows, torch.arange(len(self.rows), device=self.rows.device))
         )
         self._host_rows = None if self._rows_in_order else self.rows.cpu().numpy()
-        self._copied_on_host = (
-            self.device.type == "cpu"
-            and self.features.dtype in (torch.float32, torch.float64)
-            and self.features.is_contiguous()
-            and self.labels.is_contiguous()
-        )
 
     @classmethod
     def from_queries(cls, features, labels, query_rows: Sequence[np.ndarray], query_ids):
@@ -168,51 +156,44 @@ class SplitTensors:
         max_list: int | None = None,
         generator: torch.Generator | None = None,
     ) -> dict[str, torch.Tensor]:
-        """The batch contract for query positions ``queries`` (host ints), on ``self.device``."""
+        """The batch contract for query positions ``queries`` (host ints), on ``self.device``:
+        whole lists, or with ``max_list`` each longer list's draw (from ``generator``)."""
         queries = np.asarray(queries, dtype=np.int64)
         counts = self.lengths[queries]
         longest = int(counts.max())
-        capped = longest if max_list is None else min(longest, max_list)
-        width = padded_length(capped, self.cap(max_list))
-        if max_list is not None and longest > max_list:
-            return self._drawn_batch(queries, counts, width, max_list, generator)
-        if self._copied_on_host:
-            return self._copied_batch(queries, counts, width)
-        return self._gathered_batch(queries, counts, width)
-
-    def _copied_batch(self, queries, counts, width) -> dict[str, torch.Tensor]:
-        """Whole lists on a CPU: one call of the compiled kernel (module docstring). The
-        outputs are torch's memory (its allocator reuses freed blocks; fresh pages cost a
-        fault each)."""
-        size = (len(queries), width)
-        batch = {
-            "features": torch.empty((*size, self.features.shape[1]), dtype=self.features.dtype),
-            "labels": torch.empty(size, dtype=self.labels.dtype),
-            "mask": torch.empty(size, dtype=torch.bool),
-            "qid": torch.from_numpy(self._host_query_ids[queries]),
-            "doc_index": torch.empty(size, dtype=torch.int64),
+        drawn = max_list is not None and longest > max_list
+        real = np.minimum(counts, max_list) if drawn else counts
+        width = padded_length(int(real.max()), self.cap(max_list))
+        if drawn:
+            # width == max_list here: a list longer than max_list makes max_list the split's cap
+            doc, mask = self._drawn_lists(queries, longest, max_list, generator)
+            features = self.features.index_select(0, doc.reshape(-1))
+        else:
+            doc, mask, features = self._whole_lists(queries, counts, width)
+        features = features.view(len(queries), width, -1)
+        slots = _padding_slots(real, width)
+        if len(slots):
+            features.view(-1, features.shape[-1]).index_fill_(0, self._device(slots), 0.0)
+        labels = self.labels.index_select(0, doc.reshape(-1)).view_as(doc)
+        return {
+            "features": features,
+            "labels": labels.mul_(mask),
+            "mask": mask,
+            "qid": self._device(self._host_query_ids[queries]),
+            "doc_index": doc.masked_fill(~mask, -1),
         }
-        _copy_lists(
-            self.features.numpy(),
-            self.labels.numpy(),
-            np.zeros(0, np.int64) if self._rows_in_order else self._host_rows,
-            self._host_offsets[queries],
-            counts,
-            *(batch[key].numpy() for key in ("features", "labels", "mask", "doc_index")),
-        )
-        return batch
 
-    def _gathered_batch(self, queries, counts, width) -> dict[str, torch.Tensor]:
-        """Whole lists by torch ops on the tensors' device."""
-        # Whole lists: the [B, L] index tensors follow from the host's offsets (a few numpy
-        # operations, one copy each), and the device does the one big gather.
+    def _whole_lists(self, queries, counts, width):
+        """Rows ``doc`` [B, width] (padding slots: some real row), ``mask`` and the gathered
+        features of whole lists. The [B, L] index tensors follow from the host's offsets (a
+        few numpy operations, one copy each), and the device does the one big gather."""
         starts = self._host_offsets[queries]
         mask = np.arange(width) < counts[:, None]
         slot = np.where(mask, starts[:, None] + np.arange(width), 0)
         doc = slot if self._rows_in_order else self._host_rows[slot]
         if self._rows_in_order and int(starts.max()) + width <= len(self.features):
             # Each list is one block of rows: copy blocks of width x F values (a memcpy each),
-            # not width separate rows; the rows past a list's end are zeroed below.
+            # not width separate rows; the rows past a list's end are zeroed by ``batch``.
             blocks = self.features.view(-1).as_strided(
                 (len(self.features) - width + 1, width * self.features.shape[1]),
                 (self.features.shape[1], 1),
@@ -220,8 +201,18 @@ class SplitTensors:
             features = blocks.index_select(0, self._device(starts))
         else:
             features = self.features.index_select(0, self._device(doc.reshape(-1)))
-        doc_index = self._device(np.where(mask, doc, -1))
-        return self._finish(features, doc_index, self._device(mask), counts, queries, width)
+        return self._device(doc), self._device(mask), features
+
+    def _drawn_lists(self, queries, longest, max_list, generator):
+        """Rows ``doc`` [B, max_list] (padding slots: some real row) and ``mask`` of the
+        ``max_list`` draws, computed on the device (nothing read back)."""
+        index = self._device(queries)
+        starts = self.offsets[index]
+        count = self.offsets[index + 1] - starts
+        positions = self._draw(starts, count, longest, max_list, generator)
+        mask = positions < count[:, None]
+        slot = torch.where(mask, starts[:, None] + positions, 0)
+        return (slot if self._rows_in_order else self.rows[slot]), mask
 
     def _device(self, array: np.ndarray) -> torch.Tensor:
         """A host index array on the tensors' device. Onto a GPU it goes through pinned memory:
@@ -232,35 +223,6 @@ class SplitTensors:
         if self.device.type == "cuda":
             host = host.pin_memory()
         return host.to(self.device, non_blocking=True)
-
-    def _finish(self, features, doc_index, mask, real, queries, width) -> dict:
-        """The batch dict: padding rows of ``features`` zeroed, labels gathered."""
-        features = features.view(len(queries), width, -1)
-        slots = _padding_slots(real, width)
-        if len(slots):
-            features.view(-1, features.shape[-1]).index_fill_(0, self._device(slots), 0.0)
-        labels = self.labels.index_select(0, doc_index.clamp(min=0).reshape(-1))
-        return {
-            "features": features,
-            "labels": labels.view_as(doc_index).mul_(mask),
-            "mask": mask,
-            "qid": self._device(self._host_query_ids[queries]),
-            "doc_index": doc_index,
-        }
-
-    def _drawn_batch(self, queries, counts, width, max_list, generator) -> dict:
-        """A batch with ``max_list`` draws: the positions are drawn on the device."""
-        index = self._device(queries)
-        starts = self.offsets[index]
-        count = self.offsets[index + 1] - starts
-        # width == max_list here: a list longer than max_list makes max_list the split's cap
-        positions = self._draw(starts, count, int(counts.max()), max_list, generator)
-        mask = positions < count[:, None]
-        slot = torch.where(mask, starts[:, None] + positions, 0)
-        doc = slot if self._rows_in_order else self.rows[slot]
-        features = self.features.index_select(0, doc.reshape(-1))
-        doc_index = doc.masked_fill(~mask, -1)
-        return self._finish(features, doc_index, mask, np.minimum(counts, max_list), queries, width)
 
     def _draw(self, starts, count, longest, max_list, generator) -> torch.Tensor:
         """Positions [B, max_list] kept of each query (all of a short one, then padding
@@ -281,33 +243,6 @@ class SplitTensors:
         priority.scatter_add_(1, chosen_low, 3.0 * crowded[:, None].to(priority.dtype))
         priority.masked_fill_(~valid, -1.0)
         return priority.topk(max_list, dim=1).indices.sort(1).values
-
-
-@numba.njit(nogil=True, cache=True)
-def _copy_lists(features, labels, rows, starts, counts, features_out, labels_out, mask, doc):
-    """Fill the padded ``features_out`` ``[B, L, F]``, ``labels_out`` (0 on padding), ``mask``
-    and ``doc`` (-1 on padding) with the lists starting at ``starts`` with ``counts`` documents;
-    list position ``j`` is row ``start + j`` of the split, through ``rows`` unless it is empty
-    (rows in file order: one block copy per list). Every slot is written once."""
-    width = features_out.shape[1]
-    for b in range(starts.shape[0]):
-        start, count = starts[b], counts[b]
-        if rows.shape[0] == 0:
-            features_out[b, :count, :] = features[start : start + count, :]
-            labels_out[b, :count] = labels[start : start + count]
-            for j in range(count):
-                doc[b, j] = start + j
-        else:
-            for j in range(count):
-                row = rows[start + j]
-                features_out[b, j, :] = features[row, :]
-                labels_out[b, j] = labels[row]
-                doc[b, j] = row
-        features_out[b, count:width, :] = 0
-        labels_out[b, count:width] = 0
-        mask[b, :count] = True
-        mask[b, count:width] = False
-        doc[b, count:width] = -1
 
 
 def _padding_slots(real: np.ndarray, width: int) -> np.ndarray:

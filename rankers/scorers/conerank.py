@@ -222,7 +222,7 @@ class ConeRank(Ranker):
         For every pair l < m, l wins when ``d²(z̃_lm) < d²(z̃_ml)`` with the constrained fold-in
         the loss trains (``constraint``, eq. 5 normalisation), else m (ties, e.g. duplicates,
         go to m as in A5). Scores are the votes plus ``sigmoid(s_linear) / 2`` to break vote
-        ties. Without ``mask``, all-zero rows (collate's padding) are treated as padding.
+        ties. Without ``mask``, all-zero rows (batch padding) are treated as padding.
         Cost: two fold-ins per pair, O(L²·K·T) per query.
         """
         encoded = self.encode(features, mask)

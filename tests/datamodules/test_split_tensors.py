@@ -1,5 +1,6 @@
-"""datamodules/split_tensors.py: a split as flat tensors, batches by one gather, static lengths,
-the vectorised max_list draw; the letor loaders' device choice and the moved names."""
+"""datamodules/split_tensors.py: a split as flat tensors, the one batch builder (the batch
+contract against a per-query oracle), static lengths, the vectorised max_list draw; the letor
+loaders' device choice and the moved names."""
 
 import logging
 
@@ -7,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from differank.datamodules.collate import collate_queries
 from differank.datamodules.split_tensors import (
     QueryBatchDataset,
     SplitTensors,
@@ -30,31 +30,39 @@ def random_split(seed=0, n_queries=9, shuffled_rows=False):
     return SplitTensors.from_queries(features, labels, query_rows, query_ids), query_rows
 
 
+def padded_by_hand(features, labels, query_rows, query_ids, queries, width):
+    """The batch contract, one query at a time (the slow oracle): real documents first, in
+    file order; padding features 0, labels 0, mask False, doc_index -1."""
+    batch = {
+        "features": torch.zeros(len(queries), width, features.shape[1], dtype=features.dtype),
+        "labels": torch.zeros(len(queries), width, dtype=labels.dtype),
+        "mask": torch.zeros(len(queries), width, dtype=torch.bool),
+        "qid": torch.tensor([int(query_ids[q]) for q in queries], dtype=torch.int64),
+        "doc_index": torch.full((len(queries), width), -1, dtype=torch.int64),
+    }
+    for b, q in enumerate(queries):
+        for j, row in enumerate(query_rows[q]):
+            batch["features"][b, j] = features[row]
+            batch["labels"][b, j] = labels[row]
+            batch["mask"][b, j] = True
+            batch["doc_index"][b, j] = int(row)
+    return batch
+
+
 @pytest.mark.parametrize("shuffled_rows", [False, True])
-def test_gather_equals_the_per_query_collate(shuffled_rows):
+@pytest.mark.parametrize("queries", [[4, 0, 7, 2], [3], [8, 8, 1], list(range(9))])
+def test_the_builder_gives_the_batch_contract(shuffled_rows, queries):
+    """Rows in file order (one block copy per list) or not (a per-row gather): the same dict
+    as the per-query oracle, dtypes included, padded to the static length."""
     split, query_rows = random_split(shuffled_rows=shuffled_rows)
-    queries = [4, 0, 7, 2]
     batch = split.batch(queries)
-    items = [
-        {
-            "features": split.features[rows],
-            "labels": split.labels[rows],
-            "qid": 100 + q,
-            "doc_index": torch.from_numpy(rows),
-        }
-        for q, rows in ((q, query_rows[q]) for q in queries)
-    ]
-    expected = collate_queries(items)
-    longest = expected["features"].shape[1]
-    width = padded_length(longest, split.cap())
-    assert batch["features"].shape == (4, width, 4)
-    for key in ("features", "labels", "mask", "doc_index"):
-        torch.testing.assert_close(batch[key][:, :longest], expected[key])
-    assert not batch["mask"][:, longest:].any()
-    assert (batch["features"][:, longest:] == 0).all() and (
-        batch["doc_index"][:, longest:] == -1
-    ).all()
-    assert batch["qid"].tolist() == expected["qid"].tolist()
+    width = padded_length(int(split.lengths[queries].max()), split.cap())
+    expected = padded_by_hand(
+        split.features, split.labels, query_rows, split.query_ids, queries, width
+    )
+    assert batch.keys() == expected.keys()
+    for key, value in expected.items():
+        assert batch[key].dtype == value.dtype and torch.equal(batch[key], value), key
     assert batch["features"].dtype == torch.float32 and batch["qid"].dtype == torch.int64
 
 
@@ -157,24 +165,7 @@ def test_a_split_that_does_not_go_on_the_device_is_streamed(tmp_path, caplog):
     assert dm._device_dataset("train", torch.device("cpu")) is dm.dataset("train")
 
 
-@pytest.mark.parametrize("shuffled_rows", [False, True])
-@pytest.mark.parametrize("queries", [[4, 0, 7, 2], [3], [8, 8, 1], list(range(9))])
-def test_the_cpu_kernel_and_the_device_gather_give_the_same_batch(shuffled_rows, queries):
-    """CPU batches come from the compiled kernel; accelerators run the torch gather (here on
-    the CPU): the same dict, dtypes included, padded to the same static length."""
-    split, _ = random_split(seed=5, shuffled_rows=shuffled_rows)
-    assert split._copied_on_host
-    queries = np.asarray(queries)
-    counts = split.lengths[queries]
-    width = padded_length(int(counts.max()), split.cap())
-    copied = split._copied_batch(queries, counts, width)
-    gathered = split._gathered_batch(queries, counts, width)
-    assert copied.keys() == gathered.keys()
-    for key, value in gathered.items():
-        assert copied[key].dtype == value.dtype and torch.equal(copied[key], value), key
-
-
-def test_float16_or_strided_features_take_the_torch_gather():
+def test_float16_or_strided_features_give_the_same_batch():
     split, _ = random_split()
     half = SplitTensors(
         split.features.half(), split.labels, split.rows, split.offsets, split.query_ids
@@ -186,8 +177,10 @@ def test_float16_or_strided_features_take_the_torch_gather():
         split.offsets,
         split.query_ids,
     )
-    assert not half._copied_on_host and not strided._copied_on_host
     assert half.batch([0, 1])["features"].dtype == torch.float16
+    torch.testing.assert_close(
+        half.batch([0, 1])["features"], split.batch([0, 1])["features"].half()
+    )
     torch.testing.assert_close(
         strided.batch([0])["features"][0, : split.lengths[0]], strided.features[: split.lengths[0]]
     )
