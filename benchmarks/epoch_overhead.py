@@ -1,33 +1,36 @@
-"""What the data side adds to a training epoch: one epoch of ``LetorDataModule``'s training
-loader plus the model+loss steps, against the same steps on the same batches already in memory.
+"""What the data side and Lightning add to a training epoch: one epoch of ``LetorDataModule``'s
+training loader plus the model+loss steps, against the same steps on the same batches already
+in memory; then the epoch through ``Trainer.fit`` as ``train.py`` builds it.
 
-    python benchmarks/epoch_overhead.py --out benchmarks/results/epoch_overhead.md
+    python benchmarks/epoch_overhead.py --rounds 5 --out benchmarks/results/epoch_overhead.md
     python benchmarks/epoch_overhead.py --tiny         # smoke run (seconds)
 
 The set is benchmarks/data_path.py's MSLR-WEB30K-shaped LETOR text at ``--fraction`` (1/8:
 2,365 training queries, 136 features), read once so that the cache is warm. The model is
 ``model=linear loss=domination`` (the :class:`RankingModule` train.py builds, Adam), batch size
-32. Every approach to forming batches is measured in the same run, in interleaved rounds
-(``--rounds``; the fastest round of each figure is reported):
+32. Batches come from the one builder (``SplitTensors.batch``, a torch gather). Every loader
+row is measured in the same run, in interleaved rounds (``--rounds``; the fastest round of each
+figure is reported):
 
 * build: iterating the loader alone (every batch of one epoch);
 * steps: forward + loss + backward + Adam step on that epoch's batches, built beforehand;
 * epoch: the loader and the steps together, as training runs them;
 * ratio = epoch / steps (the target is <= 1.25).
 
-On a CPU the loader forms batches by the compiled copy (``split_tensors._copy_lists``); the
-"torch gather" rows form them by the torch ops that accelerators run, as the CPU loader did
-before the kernel.
+The loader rows: train.py's (torch's ``DataLoader``, ``num_workers=0``); the dataset's batches
+without a DataLoader; ``data.num_workers=1`` (one persistent worker process builds the batches:
+its CPU time is not this process's, so compare wall times); and two variants of the builder that
+show what its choices are worth: a per-row gather instead of one block copy per list, and
+padding to the batch's longest list instead of the static lengths.
 
-The last rows run the epoch through Lightning's ``Trainer.fit``, timed from the training
-epoch's start to its end or to the start of its validation (the second epoch: the first pays
-one-off set-up), against the same steps:
+The last rows run the epoch through Lightning's ``Trainer.fit`` (its own loop, public API
+only), timed from the training epoch's start to its end or to the start of its validation (the
+second epoch: the first pays one-off set-up), against the same steps:
 
 * as ``train.py`` builds it: ``make_trainer`` on ``conf/train.yaml``'s trainer, callbacks and
   loggers (checkpoints, early stopping, console, progress bar, the guards, requeue, learning
-  rate monitor, CSV and TensorBoard; validation cut to one batch, outside the timing), with the
-  lean epoch loop (``lean_loop=true``, the default) or Lightning's own (``false``), and either
-  way of forming batches;
+  rate monitor, CSV and TensorBoard; validation cut to one batch, outside the timing), with
+  ``data.num_workers`` 0 (the default) or 1;
 * a bare ``Trainer`` (no callbacks, loggers, progress bar or validation);
 * the bare ``Trainer`` on the epoch's batches built beforehand: the loop without the loader.
 """
@@ -36,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import tempfile
 import time
 from pathlib import Path
@@ -46,28 +48,8 @@ import torch
 from data_path import write_set
 
 BATCH_SIZE = 32
-TRAIN_PY_LOADER = "compiled copy, static lengths, next batch built in a thread (train.py's loader)"
-
-
-def old_loader(dataset, sampler):
-    """The previous loader: one item per query (a Python loop), padded by ``collate_queries``."""
-    from differank.datamodules.collate import collate_queries
-
-    tensors = dataset.tensors
-    offsets, rows = tensors.offsets.numpy(), tensors.rows
-    for keys in sampler:
-        items = []
-        for q in keys:
-            index = rows[offsets[q] : offsets[q + 1]]
-            items.append(
-                {
-                    "features": tensors.features[index],
-                    "labels": tensors.labels[index],
-                    "qid": int(tensors.query_ids[q]),
-                    "doc_index": index,
-                }
-            )
-        yield collate_queries(items)
+TRAIN_PY_LOADER = "DataLoader, num_workers=0 (train.py's loader)"
+ONE_WORKER = "DataLoader, num_workers=1, persistent worker"
 
 
 @contextlib.contextmanager
@@ -84,66 +66,49 @@ def pad_to_longest():
 
 
 @contextlib.contextmanager
-def torch_gather(dm):
-    """The training split's batches by the torch gather that accelerators run (the CPU
-    loader's path before the compiled kernel) instead of the CPU kernel."""
+def per_row_gather(dm):
+    """The training split's lists gathered row by row (the path of a split whose rows are not
+    in query order) instead of one block copy per list."""
     split = dm.dataset("train").tensors
-    kernel, split._copied_on_host = split._copied_on_host, False
+    in_order, split._rows_in_order = split._rows_in_order, False
+    split._host_rows = split.rows.numpy()
     try:
         yield
     finally:
-        split._copied_on_host = kernel
+        split._rows_in_order, split._host_rows = in_order, None
 
 
-def approaches(dm):
+def approaches(dm, dm_one_worker):
     """name -> (a function giving one epoch's batch iterator, a context to run it in)."""
-    from torch.utils.data import DataLoader
-
-    from differank.datamodules.split_tensors import QueryBatchDataset, SplitTensors
-
     host = dm.dataset("train")
-    t = host.tensors
-    in_ram = QueryBatchDataset(
-        SplitTensors(t.features.clone(), t.labels.clone(), t.rows, t.offsets, t.query_ids)
-    )
     loader = dm.train_dataloader()
+    worker_loader = dm_one_worker.train_dataloader()
     sampler = loader.batch_sampler
-    plain = DataLoader(host, batch_sampler=sampler, collate_fn=host.collate_fn)
 
-    def first_epoch(batches):
-        """Every approach serves the batches of epoch 0 (the same queries, the same draws)."""
+    def first_epoch(loader):
+        """Every row serves the batches of epoch 0 (the same queries)."""
 
         def epoch():
-            sampler.set_epoch(0)
-            return batches()
+            loader.batch_sampler.set_epoch(0)
+            return iter(loader)
 
         return epoch
 
-    def with_dataset(dataset):
-        return first_epoch(lambda: (dataset.__getitems__(keys) for keys in sampler))
+    def without_loader():
+        sampler.set_epoch(0)
+        return (host.__getitems__(keys) for keys in sampler)
 
     return {
-        "per-query loop + collate_queries (two releases ago)": (
-            first_epoch(lambda: old_loader(host, sampler)),
-            contextlib.nullcontext,
+        TRAIN_PY_LOADER: (first_epoch(loader), contextlib.nullcontext),
+        "no DataLoader (the dataset's batches directly)": (without_loader, contextlib.nullcontext),
+        ONE_WORKER: (first_epoch(worker_loader), contextlib.nullcontext),
+        "num_workers=0, a per-row gather instead of a block copy per list": (
+            first_epoch(loader),
+            lambda: per_row_gather(dm),
         ),
-        TRAIN_PY_LOADER: (first_epoch(lambda: iter(loader)), contextlib.nullcontext),
-        "torch gather, the same (the previous release's loader)": (
-            first_epoch(lambda: iter(loader)),
-            functools.partial(torch_gather, dm),
-        ),
-        "compiled copy, plain DataLoader (no prefetch)": (
-            first_epoch(lambda: iter(plain)),
-            contextlib.nullcontext,
-        ),
-        "compiled copy, no DataLoader": (with_dataset(host), contextlib.nullcontext),
-        "compiled copy, pad to the longest list, no prefetch": (
-            first_epoch(lambda: iter(plain)),
+        "num_workers=0, padded to the longest list instead of the static lengths": (
+            first_epoch(loader),
             pad_to_longest,
-        ),
-        "compiled copy from an in-RAM copy (not the mapped cache), no prefetch": (
-            with_dataset(in_ram),
-            contextlib.nullcontext,
         ),
     }
 
@@ -232,12 +197,10 @@ class InMemory:
         return len(self.batches)
 
 
-def bare_trainer(callbacks, run_dir: Path, lean: bool = True):
+def bare_trainer(callbacks, run_dir: Path):
     import pytorch_lightning as pl
 
-    from differank.rankers.training.lean_loop import install_lean_loop
-
-    trainer = pl.Trainer(
+    return pl.Trainer(
         default_root_dir=run_dir,
         max_epochs=2,
         limit_val_batches=0,
@@ -248,14 +211,11 @@ def bare_trainer(callbacks, run_dir: Path, lean: bool = True):
         accelerator="cpu",
         callbacks=callbacks,
     )
-    if lean:
-        install_lean_loop(trainer)
-    return trainer
 
 
-def train_py_trainer(callbacks, run_dir: Path, lean: bool = True):
+def train_py_trainer(callbacks, run_dir: Path):
     """``make_trainer`` of ``train.py`` (conf/train.yaml's trainer, callbacks and loggers) with
-    ``run_dir`` as the run directory and ``lean_loop=lean``."""
+    ``run_dir`` as the run directory."""
     from reproduce import train_script
 
     from differank.rankers.run.tasks import make_trainer
@@ -265,7 +225,6 @@ def train_py_trainer(callbacks, run_dir: Path, lean: bool = True):
         "trainer.accelerator=cpu",
         "+trainer.limit_val_batches=1",
         "+trainer.num_sanity_val_steps=0",
-        f"lean_loop={str(lean).lower()}",
     ]
     cfg = train_script()["compose_run"](overrides, run_dir)
     trainer = make_trainer(cfg)
@@ -311,45 +270,26 @@ def lightning_epoch(dm, module, make_trainer, batches=None) -> dict:
     return times[-1]
 
 
-def lightning_rows(dm, tries: int = 2) -> dict[str, dict]:
+def lightning_rows(dm, dm_one_worker, tries: int = 2) -> dict[str, dict]:
     """name -> the fastest of ``tries`` second epochs, the runs interleaved."""
-    lightning_loop = {"lean": False}
-    lightning = functools.partial(train_py_trainer, **lightning_loop)
-    bare_lightning = functools.partial(bare_trainer, **lightning_loop)
-    copy, gather = contextlib.nullcontext, functools.partial(torch_gather, dm)
-    runs = {  # name -> (trainer, batches in memory, how the loader forms batches)
-        "`Trainer.fit` as train.py builds it (callbacks, loggers): lean loop, compiled copy "
-        "(this change)": (train_py_trainer, False, copy),
-        "the same, lean loop, torch gather": (train_py_trainer, False, gather),
-        "the same, Lightning's own loop, torch gather (before this change)": (
-            lightning,
-            False,
-            gather,
+    runs = {  # name -> (trainer, data module, or None: the batches already in memory)
+        "`Trainer.fit` as train.py builds it (callbacks, loggers), num_workers=0": (
+            train_py_trainer,
+            dm,
         ),
-        "bare `Trainer.fit` (no callbacks, loggers or validation): lean loop, compiled copy": (
+        "the same, data.num_workers=1 (persistent worker)": (train_py_trainer, dm_one_worker),
+        "bare `Trainer.fit` (no callbacks, loggers or validation), num_workers=0": (
             bare_trainer,
-            False,
-            copy,
+            dm,
         ),
-        "bare `Trainer.fit`: Lightning's own loop, torch gather": (bare_lightning, False, gather),
-        "bare `Trainer.fit`, lean loop, on the batches already in memory (no loader)": (
-            bare_trainer,
-            True,
-            copy,
-        ),
-        "bare `Trainer.fit`, Lightning's own loop, on the batches already in memory": (
-            bare_lightning,
-            True,
-            copy,
-        ),
+        "bare `Trainer.fit` on the batches already in memory (no loader)": (bare_trainer, None),
     }
     rows: dict[str, list[dict]] = {name: [] for name in runs}
     for _ in range(tries):
-        for name, (trainer, in_memory, forming) in runs.items():
-            batches = list(dm.train_dataloader()) if in_memory else None
+        for name, (trainer, datamodule) in runs.items():
+            batches = None if datamodule else list(dm.train_dataloader())
             module = make_model(dm.n_features)[0]
-            with forming():
-                rows[name].append(lightning_epoch(dm, module, trainer, batches))
+            rows[name].append(lightning_epoch(datamodule or dm, module, trainer, batches))
     return {name: {k: min(t[k] for t in tries) for k in tries[0]} for name, tries in rows.items()}
 
 
@@ -372,8 +312,12 @@ def main(argv: list[str] | None = None) -> None:
     info = write_set(data, fraction, seed=0)
     dm = LetorDataModule(data, batch_size=BATCH_SIZE, cache_dir=data / "cache")
     dm.setup()  # parses once (cold) or loads the cache; the rounds below run warm
+    dm_one_worker = LetorDataModule(
+        data, batch_size=BATCH_SIZE, cache_dir=data / "cache", num_workers=1
+    )
+    dm_one_worker.setup()
     module, optimizer = make_model(dm.n_features)
-    runs = approaches(dm)
+    runs = approaches(dm, dm_one_worker)
     rows: dict[str, list[dict]] = {name: [] for name in runs}
     deterministic = []
     for _ in range(args.rounds):
@@ -383,7 +327,7 @@ def main(argv: list[str] | None = None) -> None:
         deterministic.append(deterministic_steps(runs[TRAIN_PY_LOADER][0], module, optimizer))
     best = {name: {k: min(r[k] for r in tries) for k in tries[0]} for name, tries in rows.items()}
     deterministic_best = {k: min(r[k] for r in deterministic) for k in deterministic[0]}
-    with_lightning = lightning_rows(dm, tries=args.rounds)
+    with_lightning = lightning_rows(dm, dm_one_worker, tries=args.rounds)
     train_py = next(iter(with_lightning.values()))
     default = best[TRAIN_PY_LOADER]
     n_batches = len(dm.train_dataloader())
@@ -427,8 +371,9 @@ def main(argv: list[str] | None = None) -> None:
         "",
         "Target: epoch <= 1.25 x steps. Through train.py's trainer: "
         f"{ratios(train_py, deterministic_best)}; the loader alone: {ratios(default, default)}, "
-        "CPU time (wall time). The loader's thread overlaps the batch copy with the step, which "
-        "saves wall time only (the CPU time of both threads is counted).",
+        "CPU time (wall time). With `num_workers=1` the batches are built in the worker "
+        "process, whose CPU time this process does not count: compare those rows by wall time "
+        f"(loader alone {ratios(best[ONE_WORKER], best[ONE_WORKER])}).",
     ]
     measure.publish("\n".join(lines), args.out, "cpu")
 

@@ -120,8 +120,8 @@ def scan(objective, scorer, args, device, compiled: bool) -> list[dict]:
 
 
 def mslr_epoch(fraction: float, data: Path | None = None) -> dict:
-    """One training epoch through the trainer train.py builds (its callbacks, loggers and lean
-    loop), on the MSLR-WEB30K-shaped text at ``fraction`` written to ``data``."""
+    """One training epoch through the trainer train.py builds (its callbacks and loggers), on
+    the MSLR-WEB30K-shaped text at ``fraction`` written to ``data``."""
     from data_path import write_set
     from epoch_overhead import lightning_epoch, train_py_trainer
 

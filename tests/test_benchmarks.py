@@ -261,6 +261,7 @@ def test_epoch_overhead_tiny(tmp_path):
         ["--tiny", "--rounds", "1", "--data", str(tmp_path / "set"), "--out", str(out)]
     )
     text = out.read_text()
-    assert "| per-query loop + collate_queries (two releases ago) |" in text and "Target:" in text
-    assert "| torch gather, the same (the previous release's loader) |" in text
+    assert "| DataLoader, num_workers=0 (train.py's loader) |" in text and "Target:" in text
+    assert "| DataLoader, num_workers=1, persistent worker |" in text
+    assert "| `Trainer.fit` as train.py builds it (callbacks, loggers), num_workers=0 |" in text
     assert RUN_LINE.search(text)
