@@ -14,7 +14,10 @@ Public API::
 
 Layout: ``features`` [N, F] and ``labels`` [N] are the split's rows in file order (on CPU a
 memory-mapped cache entry is used as is, no copy); query ``q`` is the rows
-``rows[offsets[q]:offsets[q + 1]]`` (file order), id ``query_ids[q]``. A batch of queries is
+``rows[offsets[q]:offsets[q + 1]]`` (file order), id ``query_ids[q]``. The constructor checks
+this layout once (rows within the N rows, offsets increasing from 0 to ``len(rows)``: every query
+has a document); ``batch`` refuses an empty or out-of-range list of query positions
+(``ValueError`` on every path: the builder never reads outside the split). A batch of queries is
 formed by ONE builder, :meth:`SplitTensors.batch`, the same torch ops on every device: the
 documents of each list are chosen (all of them, or the ``max_list`` draw below), then ONE index
 gather forms the padded ``[B, L, F]`` on the tensors' device: no Python loop over queries, and
@@ -104,11 +107,7 @@ class SplitTensors:
         self.rows = torch.as_tensor(rows, dtype=torch.int64)
         self.offsets = torch.as_tensor(offsets, dtype=torch.int64)
         self.query_ids = torch.as_tensor(query_ids, dtype=torch.int64)
-        if len(self.rows) == 0 or len(self.offsets) != len(self.query_ids) + 1:
-            raise ValueError(
-                f"a split needs rows and Q + 1 offsets for Q queries; got {len(self.rows)} rows, "
-                f"{len(self.offsets)} offsets, {len(self.query_ids)} queries"
-            )
+        _check_layout(self.features, self.labels, self.rows, self.offsets, self.query_ids)
         self._host_offsets = self.offsets.cpu().numpy()
         self._host_query_ids = self.query_ids.cpu().numpy()
         self.lengths = np.diff(self._host_offsets)
@@ -157,8 +156,11 @@ class SplitTensors:
         generator: torch.Generator | None = None,
     ) -> dict[str, torch.Tensor]:
         """The batch contract for query positions ``queries`` (host ints), on ``self.device``:
-        whole lists, or with ``max_list`` each longer list's draw (from ``generator``)."""
-        queries = np.asarray(queries, dtype=np.int64)
+        whole lists, or with ``max_list`` each longer list's draw (from ``generator``). An empty
+        or out-of-range ``queries``, or a ``max_list`` below 1, is a ValueError."""
+        queries = self._checked_queries(queries)
+        if max_list is not None and max_list < 1:
+            raise ValueError(f"max_list must be at least 1 (or None), got {max_list}")
         counts = self.lengths[queries]
         longest = int(counts.max())
         drawn = max_list is not None and longest > max_list
@@ -182,6 +184,25 @@ class SplitTensors:
             "qid": self._device(self._host_query_ids[queries]),
             "doc_index": doc.masked_fill(~mask, -1),
         }
+
+    def _checked_queries(self, queries) -> np.ndarray:
+        """``queries`` as int64 positions, each in [0, Q): numpy would wrap a negative one to
+        another query and a batch without queries has no shape."""
+        positions = np.asarray(queries)
+        if positions.ndim != 1 or len(positions) == 0:
+            raise ValueError(
+                f"a batch needs a non-empty 1-D list of query positions, got shape "
+                f"{positions.shape}"
+            )
+        if not np.issubdtype(positions.dtype, np.integer):
+            raise ValueError(f"query positions must be integers, got dtype {positions.dtype}")
+        outside = (positions < 0) | (positions >= len(self.lengths))
+        if outside.any():
+            raise ValueError(
+                f"query position {int(positions[outside][0])} is outside this split's "
+                f"{len(self.lengths)} queries (positions are 0 .. {len(self.lengths) - 1})"
+            )
+        return positions.astype(np.int64, copy=False)
 
     def _whole_lists(self, queries, counts, width):
         """Rows ``doc`` [B, width] (padding slots: some real row), ``mask`` and the gathered
@@ -243,6 +264,47 @@ class SplitTensors:
         priority.scatter_add_(1, chosen_low, 3.0 * crowded[:, None].to(priority.dtype))
         priority.masked_fill_(~valid, -1.0)
         return priority.topk(max_list, dim=1).indices.sort(1).values
+
+
+def _check_layout(features, labels, rows, offsets, query_ids) -> None:
+    """The layout of the module docstring, checked once (every batch relies on it): features
+    [N, F] and labels [N]; rows in [0, N); offsets 0 = o_0 < o_1 < ... < o_Q = len(rows) (every
+    query has a document); one id per query. Each error names the tensor and what it holds."""
+    if features.ndim != 2 or labels.shape != (features.shape[0],):
+        raise ValueError(
+            f"features must be [N, F] and labels [N]; got features {tuple(features.shape)}, "
+            f"labels {tuple(labels.shape)}"
+        )
+    if rows.ndim != 1 or offsets.ndim != 1 or query_ids.ndim != 1:
+        raise ValueError(
+            f"rows, offsets and query_ids must be 1-D; got {rows.ndim}-D, {offsets.ndim}-D, "
+            f"{query_ids.ndim}-D"
+        )
+    if len(rows) == 0 or len(offsets) != len(query_ids) + 1:
+        raise ValueError(
+            f"a split needs rows and Q + 1 offsets for Q queries; got {len(rows)} rows, "
+            f"{len(offsets)} offsets, {len(query_ids)} queries"
+        )
+    low, high = (int(bound) for bound in torch.aminmax(rows))  # two values read back
+    host_offsets = offsets.cpu()
+    if low < 0 or high >= len(labels):
+        bad = low if low < 0 else high
+        raise ValueError(
+            f"rows must index the {len(labels)} rows of features and labels (0 .. "
+            f"{len(labels) - 1}); got row {bad}"
+        )
+    if int(host_offsets[0]) != 0 or int(host_offsets[-1]) != len(rows):
+        raise ValueError(
+            f"offsets must run from 0 to len(rows) = {len(rows)}; got {int(host_offsets[0])} "
+            f".. {int(host_offsets[-1])}"
+        )
+    steps = host_offsets.diff()
+    if (steps <= 0).any():
+        q = int(torch.nonzero(steps <= 0)[0])
+        raise ValueError(
+            f"offsets must increase (every query has a document): query {q} has offsets "
+            f"{int(host_offsets[q])} .. {int(host_offsets[q + 1])}"
+        )
 
 
 def _padding_slots(real: np.ndarray, width: int) -> np.ndarray:

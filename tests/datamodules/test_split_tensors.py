@@ -186,6 +186,67 @@ def test_float16_or_strided_features_give_the_same_batch():
     )
 
 
+def three_rows(rows=(0, 1, 2), offsets=(0, 1, 3), labels=3):
+    return SplitTensors(torch.ones(3, 2), torch.zeros(labels), list(rows), list(offsets), [7, 8])
+
+
+@pytest.mark.parametrize(
+    ("layout", "message"),
+    [
+        (dict(rows=(0, 1, 10**12)), r"rows must index the 3 rows .* got row 1000000000000"),
+        (dict(rows=(0, -1, 2)), r"rows must index the 3 rows .* got row -1"),
+        (dict(offsets=(0, 2, 1)), r"offsets must run from 0 to len\(rows\) = 3; got 0 \.\. 1"),
+        (dict(offsets=(0, 3, 3)), r"offsets must increase .* query 1 has offsets 3 \.\. 3"),
+        (dict(rows=(0, 1, 2, 0), offsets=(0, 3, 2, 4)), "Q \\+ 1 offsets"),
+        (dict(offsets=(0, 1, 5)), r"offsets must run from 0 to len\(rows\) = 3; got 0 \.\. 5"),
+        (dict(labels=2), r"features must be \[N, F\] and labels \[N\]"),
+    ],
+)
+def test_a_split_with_a_bad_layout_is_refused_when_built(layout, message):
+    """Issue #33: an out-of-range row killed the process (SIGSEGV), decreasing offsets gave a
+    mask over uninitialised memory; the constructor now checks the layout once."""
+    with pytest.raises(ValueError, match=message):
+        three_rows(**layout)
+    assert three_rows().batch([1])["mask"].tolist() == [[True, True]]
+
+
+def test_decreasing_offsets_are_refused():
+    features, labels = torch.ones(4, 2), torch.zeros(4)
+    with pytest.raises(ValueError, match="query 1 has offsets 3 .. 1"):
+        SplitTensors(features, labels, [0, 1, 2, 3], [0, 3, 1, 4], [7, 8, 9])
+
+
+@pytest.mark.parametrize("shuffled_rows", [False, True])
+@pytest.mark.parametrize("max_list", [None, 2])
+@pytest.mark.parametrize(
+    ("queries", "message"),
+    [
+        ([], "non-empty 1-D list of query positions"),
+        ([[0, 1]], "non-empty 1-D list of query positions"),
+        ([0, 9], "query position 9 is outside this split's 9 queries"),
+        ([-1], "query position -1 is outside"),
+        ([0.5], "must be integers"),
+    ],
+)
+def test_bad_query_positions_are_the_same_error_on_every_path(
+    shuffled_rows, max_list, queries, message
+):
+    """Rows in order or not, whole lists or max_list draws: one ValueError. An empty batch is
+    refused (a batch has at least one query: B = 0 has no meaningful static length)."""
+    split, _ = random_split(shuffled_rows=shuffled_rows)
+    generator = torch.Generator().manual_seed(0)
+    with pytest.raises(ValueError, match=message):
+        split.batch(queries, max_list=max_list, generator=generator)
+
+
+def test_the_dataset_refuses_an_empty_batch_and_a_max_list_below_one():
+    split, _ = random_split()
+    with pytest.raises(ValueError, match="non-empty"):
+        QueryBatchDataset(split).__getitems__([])
+    with pytest.raises(ValueError, match="max_list must be at least 1"):
+        split.batch([0], max_list=0)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_split_batches_equal_the_host_ones():
     split, _ = random_split(seed=3, shuffled_rows=True)
