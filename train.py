@@ -21,6 +21,7 @@ writes. ``ckpt_path=last`` resumes from the run folder's last checkpoint when th
 Returns the best monitored validation value (``task=fit``, for sweepers), else NaN.
 """
 
+import json
 import logging
 import string
 import sys
@@ -63,6 +64,27 @@ def compose_run(overrides: list[str], run_dir: Path) -> DictConfig:
         cfg.hydra.job.num = 0
     HydraConfig.instance().set_config(cfg)
     return cfg
+
+
+def run_training(overrides: list[str], run_dir: Path) -> dict[str, float]:
+    """One training run from Python: what ``python train.py OVERRIDES`` does (``task=fit``),
+    with ``run_dir`` as its output folder. Returns the run's test metrics (``test_metrics.json``)
+    and, under the name of ``monitor`` (``val/map`` by default), the best monitored validation
+    value: the epoch whose weights were tested. The benchmarks (``benchmarks/protocol.py``,
+    ``benchmarks/reproduce.py``) run every training through it."""
+    cfg = compose_run(overrides, run_dir)
+    if cfg.task != "fit":
+        raise ValueError(f"run_training trains (task=fit), got task={cfg.task}: use train()")
+    best = train(cfg, run_dir)
+    written = run_dir / "test_metrics.json"
+    if not written.is_file():
+        raise FileNotFoundError(
+            f"{written}: the run wrote no test metrics (trainer.fast_dev_run and DDP ranks "
+            "other than 0 write no outputs)"
+        )
+    metrics = json.loads(written.read_text())
+    metrics.pop("conventions", None)  # the side-by-side table of conventions stays in the file
+    return {cfg.monitor: best, **metrics}
 
 
 def console_logging(quiet: bool) -> None:

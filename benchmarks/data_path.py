@@ -135,12 +135,12 @@ def train_worker(overrides: list[str], run_dir: Path) -> dict:
     """``train()`` as ``python train.py`` runs it, with its phases timed."""
     start = time.perf_counter()
     import pytorch_lightning as pl
-    from reproduce import train_script
+    from reproduce import train_module
 
     import differank.datamodules.letor as letor
     import differank.rankers.run.tasks as tasks
 
-    script = train_script()["train"].__globals__  # the namespace train() looks names up in
+    script = train_module()
     phases: dict[str, float] = {}
 
     def timed(original, phase):
@@ -161,7 +161,7 @@ def train_worker(overrides: list[str], run_dir: Path) -> dict:
     pl.Trainer.test = timed(pl.Trainer.test, "test")
     tasks.write_lightning_outputs = timed(tasks.write_lightning_outputs, "outputs + metrics")
     phases["imports"] = time.perf_counter() - start
-    script["train"](script["compose_run"](overrides, run_dir), run_dir)
+    script.train(script.compose_run(overrides, run_dir), run_dir)
     return {
         "phases": phases,
         "wall_inside": time.perf_counter() - start,

@@ -304,10 +304,10 @@ def main() -> None:
         if not args.overrides:
             return LetorDataModule(args.root, fold=fold)
         from hydra.utils import instantiate
-        from reproduce import train_script
+        from reproduce import train_module
 
-        compose_run = train_script()["compose_run"]
-        return instantiate(compose_run([*args.overrides, f"++data.fold={fold}"], run_dir).data)
+        overrides = [*args.overrides, f"++data.fold={fold}"]
+        return instantiate(train_module().compose_run(overrides, run_dir).data)
 
     for peer in args.peers:
         if not available(peer):

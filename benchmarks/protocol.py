@@ -57,7 +57,7 @@ import measure
 import numpy as np
 import torch
 import yaml
-from reproduce import TINY_OVERRIDES, train_script
+from reproduce import TINY_OVERRIDES, train_module
 
 from differank.rankers.metrics.significance import PairedInterval, paired_bootstrap
 
@@ -243,7 +243,7 @@ def _data_module(overrides: list[str], run_dir: Path):
     from hydra.utils import instantiate
 
     data_only = [o for o in overrides if o.lstrip("+~").startswith(("data", "seed"))]
-    return instantiate(train_script()["compose_run"](data_only, run_dir).data)
+    return instantiate(train_module().compose_run(data_only, run_dir).data)
 
 
 def run_job(job: Job) -> dict:
@@ -276,13 +276,8 @@ def run_job(job: Job) -> dict:
             )
             row.pop("settings")
         else:
-            script = train_script()
-            val_map = script["train"](script["compose_run"](overrides, job.run_dir), job.run_dir)
-            row = {
-                **json.loads((job.run_dir / "test_metrics.json").read_text()),
-                "val_map": val_map,
-            }
-            row.pop("conventions", None)
+            row = train_module().run_training(overrides, job.run_dir)
+            row["val_map"] = row.pop("val/map")  # the selection signal (conf/train.yaml monitor)
             write_val_scores(job.run_dir)
         row.update(fold=job.fold, seed=job.seed, run_dir=str(job.run_dir))
     except Exception as error:  # one failing run (e.g. an invalid option pair) is a failed trial
@@ -379,7 +374,7 @@ class Protocol:
         overrides, params = row_space(row)
         space = distributions(params)
         dataset = self.datasets[0]
-        cfg = train_script()["compose_run"](
+        cfg = train_module().compose_run(
             [*dataset.overrides, *overrides, *self.profile.extra], self.runs / "compose"
         )
         from omegaconf import OmegaConf

@@ -49,10 +49,10 @@ def build_module(scorer: str, objective: str, n_features: int):
     import tempfile
 
     from hydra.utils import instantiate
-    from reproduce import train_script
+    from reproduce import train_module
 
     overrides = [f"model={scorer}", f"loss={objective}", "++model.scheduler=null"]
-    cfg = train_script()["compose_run"](overrides, Path(tempfile.mkdtemp()))
+    cfg = train_module().compose_run(overrides, Path(tempfile.mkdtemp()))
     torch.manual_seed(0)
     module = instantiate(cfg.model, loss=instantiate(cfg.loss), n_features=n_features)
     return module, module.configure_optimizers()

@@ -88,17 +88,18 @@ def test_a_cached_run_of_another_setting_is_redone(smoke, monkeypatch):
     same = protocol.Job(row, tuple(cached["job"]["overrides"]), (), 1, 0, run_dir, True)
     assert protocol.run_job(same) == cached  # read, not redone
     trained = []
-    monkeypatch.setattr(protocol, "train_script", lambda: {"train": trained.append})
+    monkeypatch.setattr(protocol.train_module(), "run_training", lambda *run: trained.append(run))
     changed = protocol.Job(
         row, (*same.overrides, "model.optimizer.lr=0.5"), (), 1, 0, run_dir, True
     )
-    assert "error" in protocol.run_job(changed)  # redone: the stand-in train() fails it
+    assert "error" in protocol.run_job(changed)  # redone: the stand-in run_training fails it
+    assert trained == [([*changed.overrides, "seed=0", "++data.fold=1", "quiet=true"], run_dir)]
     assert not (run_dir / "result.json").exists() and not (run_dir / "checkpoints").exists()
 
 
 def test_each_chosen_setting_is_written_as_an_experiment_that_composes(smoke):
     import yaml
-    from reproduce import train_script
+    from reproduce import train_module
 
     folder, _, record = smoke
     path = folder / "experiments" / "listnet_linear.yaml"
@@ -115,7 +116,7 @@ def test_each_chosen_setting_is_written_as_an_experiment_that_composes(smoke):
     experiment = ROOT / "conf" / "experiment" / "protocol_test_tmp.yaml"
     experiment.write_text(text)
     try:
-        cfg = train_script()["compose_run"](["experiment=protocol_test_tmp"], folder / "compose")
+        cfg = train_module().compose_run(["experiment=protocol_test_tmp"], folder / "compose")
     finally:
         experiment.unlink()
     assert cfg.model.optimizer.lr == chosen["model.optimizer.lr"]
