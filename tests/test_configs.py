@@ -1,10 +1,10 @@
 """Every option of every config group composes and instantiates; every model/loss pair either
 builds or fails with the compatibility message; every experiment composes and runs with
-fast_dev_run; configs compose rather than copy (hinge_k10 is hinge, the cutting-plane solver and
-ConeRank follow their loss's values, the Optuna searches share one sweeper header); a loss's
-validated setting comes only from the experiment the user names (no lookup by model and loss);
-the deprecated ``+objective=`` names still compose and warn; one file per callback; ``--help``
-lists the groups from the configs; data resolves against $LETOR_DIR, else the project."""
+fast_dev_run; configs compose rather than copy (the cutting-plane solver and ConeRank follow their
+loss's values, the Optuna searches share one sweeper header); a loss's validated setting comes
+only from the experiment the user names (no lookup by model and loss); the deprecated experiment
+names compose their replacement and warn; one file per callback; ``--help`` lists the groups
+from the configs; data resolves against $LETOR_DIR, else the project."""
 
 import importlib.util
 import re
@@ -81,7 +81,7 @@ def test_every_data_option_composes(train_config, data):
 def missing_data_root(cfg) -> str | None:
     """The composed data's root when it names a folder that does not exist (e.g. MQ2008 not
     downloaded), else None. Decided from the composed config, so an experiment that inherits
-    its data (experiment=hinge_k10 from hinge) counts as well as one that names it."""
+    its data (experiment=hinge from hinge_paper) counts as well as one that names it."""
     root = cfg.data.get("root")
     return None if root is None or Path(root).is_dir() else root
 
@@ -94,7 +94,19 @@ def test_every_experiment_composes_and_builds_its_model_and_loss(train_config, e
     assert module(torch.randn(2, 5, 46)).shape == (2, 5)
 
 
-@pytest.mark.parametrize("experiment", options("experiment"))
+# experiment=OLD (kept one release, warns) -> its replacement, the same composed setting
+DEPRECATED_EXPERIMENTS = {
+    "hinge": "hinge_paper",
+    "hinge_k10": "hinge_paper",
+    "convex_best": "convex_auc_pairs",
+    "transformer_best": "transformer_domination_gaussrank",
+    "conerank_tuned": "protocol/cone_conerank",
+}
+
+
+@pytest.mark.parametrize(
+    "experiment", [name for name in options("experiment") if name not in DEPRECATED_EXPERIMENTS]
+)
 def test_every_experiment_runs_fast_dev_run(train_config, experiment, tmp_path):
     from train import train
 
@@ -108,23 +120,42 @@ def test_every_experiment_runs_fast_dev_run(train_config, experiment, tmp_path):
 
 
 def test_the_data_an_experiment_needs_is_read_from_the_composed_config(train_config):
-    for name in ("hinge", "hinge_k10", "hinge_k10_cutting_plane"):  # hinge_k10 inherits it
+    for name in ("hinge", "hinge_k10_cutting_plane", "protocol/hinge_linear"):  # hinge inherits
         data = train_config([f"experiment={name}"]).data
         assert data._target_ == "differank.datamodules.letor.LetorDataModule", name
         assert Path(data.root).name == "MQ2008", name
-    assert missing_data_root(train_config(["experiment=hinge_k10", "data.root=/nonexistent"]))
+    assert missing_data_root(train_config(["experiment=hinge", "data.root=/nonexistent"]))
     assert missing_data_root(train_config([])) is None  # synthetic data: no root
 
 
-def test_hinge_k10_is_the_hinge_experiment_composed_not_copied(train_config):
-    """experiment=hinge_k10 (the README's name) is experiment=hinge; the per-k curve is
-    experiment=hinge loss.k=K, which differs from it in loss.k alone."""
-    assert resolved(train_config(["experiment=hinge_k10"])) == resolved(
-        train_config(["experiment=hinge"])
-    )
-    own = OmegaConf.to_container(OmegaConf.load(CONF / "experiment" / "hinge_k10.yaml"))
-    assert own == {"defaults": ["hinge"]}  # no value of its own
-    hinge = resolved(train_config(["experiment=hinge"]))
+@pytest.mark.parametrize("old", sorted(DEPRECATED_EXPERIMENTS))
+def test_a_deprecated_experiment_composes_its_replacement_and_warns(train_config, old):
+    """``experiment=OLD`` (kept one release) composes its replacement, adds no value of its own,
+    and resolving the run's config, as train.py does, warns naming the replacement."""
+    new = DEPRECATED_EXPERIMENTS[old]
+    own = OmegaConf.load(CONF / "experiment" / f"{old}.yaml")
+    assert list(own.defaults) == [new, "_self_"] and list(own) == ["defaults", "deprecated_experiment"]
+    with pytest.warns(UserWarning, match=rf"experiment={old} is deprecated.*experiment={new}"):
+        composed = resolved(train_config([f"experiment={old}"]))
+    del composed["deprecated_experiment"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert composed == resolved(train_config([f"experiment={new}"]))  # which does not warn
+
+
+def test_only_the_deprecated_experiments_warn():
+    warning = [
+        path.relative_to(CONF / "experiment").with_suffix("").as_posix()
+        for path in (CONF / "experiment").rglob("*.yaml")
+        if "oc.deprecated" in path.read_text()
+    ]
+    assert sorted(warning) == sorted(DEPRECATED_EXPERIMENTS)
+
+
+def test_the_per_k_curve_of_the_papers_hinge_differs_in_loss_k_alone(train_config):
+    """experiment=hinge_paper loss.k=K (the report's per-k curve) differs from k = 10 in loss.k
+    alone."""
+    hinge = resolved(train_config(["experiment=hinge_paper"]))
     assert hinge["loss"]["k"] == 10 and hinge["data"]["root"].endswith("MQ2008")
     assert hinge["model"]["optimizer"] | {"_partial_": True} == {
         "_target_": "torch.optim.Adam",
@@ -134,7 +165,7 @@ def test_hinge_k10_is_the_hinge_experiment_composed_not_copied(train_config):
     }
     del hinge["loss"]["k"]
     for k in (1, 5):
-        curve = resolved(train_config(["experiment=hinge", f"loss.k={k}"]))
+        curve = resolved(train_config(["experiment=hinge_paper", f"loss.k={k}"]))
         assert curve["loss"].pop("k") == k and curve == hinge
 
 
@@ -193,17 +224,14 @@ def test_a_validated_setting_comes_only_from_the_experiment_the_user_names(train
     assert model(["loss=hinge"])["optimizer"] == linear
     assert (linear["lr"], linear["weight_decay"]) == (0.01, 0.0)
     # the validated setting is in the file the user names (conf/loss/hinge.yaml points there)
-    assert model(["experiment=hinge"])["optimizer"] | {"_partial_": True} == {
-        "_target_": "torch.optim.Adam",
-        "_partial_": True,
-        "lr": 0.001,
-        "weight_decay": 0.01,
-    }
-    assert "experiment=hinge" in (CONF / "loss" / "hinge.yaml").read_text()
-    other_data = train_config(["experiment=hinge", "data=synthetic"])
+    validated = "protocol/hinge_linear"
+    chosen = OmegaConf.load(CONF / "experiment" / f"{validated}.yaml").model.optimizer
+    assert model([f"experiment={validated}"])["optimizer"] == linear | dict(chosen)
+    assert f"experiment={validated}" in (CONF / "loss" / "hinge.yaml").read_text()
+    other_data = train_config([f"experiment={validated}", "data=synthetic"])
     assert other_data.hydra.runtime.choices.data == "synthetic"
-    assert other_data.model.optimizer.weight_decay == 0.01
-    assert model(["experiment=hinge", "model.optimizer.lr=0.5"])["optimizer"]["lr"] == 0.5
+    assert other_data.model.optimizer.weight_decay == chosen.weight_decay
+    assert model([f"experiment={validated}", "model.optimizer.lr=0.5"])["optimizer"]["lr"] == 0.5
     assert "optimizer" not in model(["experiment=hinge_k10_cutting_plane"])
 
 
@@ -212,40 +240,7 @@ def test_no_config_is_chosen_by_interpolating_other_choices():
     defaults = OmegaConf.load(CONF / "train.yaml").defaults
     assert not [entry for entry in defaults if "${" in str(entry)], defaults
     assert not (CONF / "tuned").exists()
-
-
-DEPRECATED_OBJECTIVES = {"cone": "conerank"} | {
-    loss: "linear" for loss in ("convex", "domination", "hinge", "listnet", "ranknet")
-}
-
-
-@pytest.mark.parametrize("objective", options("objective"))
-def test_a_deprecated_objective_composes_its_pair_and_warns(train_config, objective):
-    """``+objective=NAME`` (kept one release) is ``model=M loss=NAME``; resolving the run's
-    config, as train.py does, warns with the replacement."""
-    model = DEPRECATED_OBJECTIVES[objective]
-    old = train_config([f"+objective={objective}"])
-    new = train_config([f"model={model}", f"loss={objective}"])
-    assert (old.model, old.loss) == (new.model, new.loss)
-    with pytest.warns(
-        UserWarning,
-        match=rf"\+objective={objective} is deprecated.*"
-        rf"use model={model} loss={objective}",
-    ):
-        resolved(old)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        resolved(new)  # the replacement does not warn
-
-
-def test_no_config_uses_the_deprecated_objective_group():
-    """Only the user's own ``+objective=`` warns: no shipped config composes ``/objective``."""
-    users = [
-        path.relative_to(CONF).as_posix()
-        for path in CONF.rglob("*.yaml")
-        if path.parent.name != "objective" and re.search(r"/objective\b", path.read_text())
-    ]
-    assert not users, users
+    assert not (CONF / "objective").exists()  # +objective=NAME: deprecated in 0.1.0, removed
 
 
 def test_each_callback_is_its_own_file_and_default_lists_them(train_config):
@@ -270,11 +265,12 @@ def test_help_lists_the_groups_from_the_configs_and_names_only_real_options(tmp_
     assert "$APP_CONFIG_GROUPS" in template and "$CONFIG" in template
     assert "tuned" not in template
     groups = {path.name for path in CONF.iterdir() if path.is_dir()}
-    mentioned = re.findall(r"\+?\b([a-z_]+)=([a-z_0-9]+)\b", template)
+    mentioned = re.findall(r"\+?\b([a-z_]+)=([a-z_0-9/]+)\b", template)
     checked = [(group, option) for group, option in mentioned if group in groups]
     assert len(checked) >= 5, checked
     for group, option in checked:
-        assert option in options(group) or option in ("NAME", "OPTION"), f"{group}={option}"
+        known = options(group, nested=True)
+        assert option in known or option in ("NAME", "OPTION"), f"{group}={option}"
 
 
 def test_mq2008_resolves_against_letor_dir_else_the_project_never_the_cwd(

@@ -75,21 +75,16 @@ def test_every_sweep_job_composes_and_builds_its_model_and_loss(train_config, na
         assert module is not None  # an unpaired model/loss raises here, naming the fix
 
 
-def test_objectives_sweep_runs_each_objective_at_its_named_experiment(train_config):
-    """+sweep=objectives sweeps experiments (each names its model, loss and optimizer): the
-    cone job pairs the cone loss with ConeRank, no lookup by model and loss."""
+def test_objectives_sweep_runs_each_objective_at_its_validated_experiment(train_config):
+    """+sweep=objectives sweeps the validated experiments (the selection protocol's; each
+    names its model, loss and optimizer): the cone job pairs the cone loss with ConeRank, no
+    lookup by model and loss."""
     jobs = sweep_jobs("objectives")
     assert {job[0] for job in jobs} == {
-        f"experiment={name}"
-        for name in ("conerank_tuned", "domination_layered", "convex_best", "hinge")
+        f"experiment=protocol/{name}"
+        for name in ("cone_conerank", "domination_linear", "convex_linear", "hinge_linear")
     }
-    cfg = train_config(["+sweep=objectives", "experiment=conerank_tuned"])
-    assert cfg.model.ranker._target_ == "differank.rankers.scorers.conerank.ConeRank"
-    assert cfg.loss._target_ == "differank.losses.cone.ConeLoss"
-
-
-def test_the_deprecated_objective_still_pairs_cone_with_conerank(train_config):
-    cfg = train_config(["+objective=cone"])  # kept one release; warns when resolved
+    cfg = train_config(["+sweep=objectives", "experiment=protocol/cone_conerank"])
     assert cfg.model.ranker._target_ == "differank.rankers.scorers.conerank.ConeRank"
     assert cfg.loss._target_ == "differank.losses.cone.ConeLoss"
 

@@ -171,7 +171,6 @@ HELP_TOPICS = (
     "predict",
     "export",
     "ckpt_path",
-    "+objective=",
     "+sweep=",
     "+hparams_search=",
     "hydra.run.dir",
