@@ -6,8 +6,9 @@ differank.rankers.run.sweep_summary.SweepSummary``), so it works with any sweepe
 Optuna) and launcher (in-process, submitit): each job writes ``job.json`` into its own folder from
 the job's process, and the end of the sweep, in the launching process, gathers them into
 ``summary.csv`` and ``summary.md`` in the sweep folder and prints the table. When a setting ran
-with several seeds (``seed=0,1,2``), ``summary_seeds.csv`` and a second table in ``summary.md``
-give each setting's mean ± std over its seeds. Part of the Hydra
+on several folds or seeds (``data.fold=1,2,3,4,5``, ``seed=0,1,2``, or both),
+``summary_mean_std.csv`` and a second table in ``summary.md`` give each setting's mean ± std over
+its folds and seeds. Part of the Hydra
 harness beside ``rankers/training/module.py``: it imports Hydra and Rich, never the losses.
 """
 
@@ -28,7 +29,9 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
-FLAT = ("overrides", "seeds")  # the columns of over_seeds that are not (mean, std) pairs
+# The overrides a setting is repeated over, and the column counting each one's values.
+REPEATS = {"data.fold": "folds", "seed": "seeds"}
+FLAT = ("overrides", *REPEATS.values(), "runs")  # over_runs' columns that are not (mean, std)
 
 
 class SweepSummary(Callback):
@@ -75,20 +78,20 @@ class SweepSummary(Callback):
         for row in rows:
             table.add_row(*(_cell(row.get(c)) for c in columns))
         Console(width=max(120, 14 * len(columns))).print(table)
-        settings = over_seeds(rows)
-        if any(setting["seeds"] > 1 for setting in settings):
-            self._write_over_seeds(sweep_dir, settings)
+        settings = over_runs(rows)
+        if any(setting["runs"] > 1 for setting in settings):
+            self._write_over_runs(sweep_dir, settings)
 
-    def _write_over_seeds(self, sweep_dir: Path, settings: list[dict[str, Any]]) -> None:
-        """``summary_seeds.csv`` (mean and std columns) and a mean ± std table appended to
+    def _write_over_runs(self, sweep_dir: Path, settings: list[dict[str, Any]]) -> None:
+        """``summary_mean_std.csv`` (mean and std columns) and a mean ± std table appended to
         ``summary.md`` and printed."""
         columns = list(dict.fromkeys(key for row in settings for key in row))
-        with open(sweep_dir / f"{self.filename}_seeds.csv", "w", newline="") as handle:
+        with open(sweep_dir / f"{self.filename}_mean_std.csv", "w", newline="") as handle:
             writer = csv.writer(handle)
             writer.writerow(_flat_header(columns))
             writer.writerows(_flat_row(row, columns) for row in settings)
         cells = [[_spread(row.get(c)) for c in columns] for row in settings]
-        title = "Mean ± std over seeds (std: sample standard deviation, n − 1)"
+        title = "Mean ± std over folds and seeds (std: sample standard deviation of the runs, n − 1)"
         lines = ["", title, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         lines += ["| " + " | ".join(row) + " |" for row in cells]
         with open(sweep_dir / f"{self.filename}.md", "a") as handle:
@@ -123,30 +126,47 @@ def summarize(sweep_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
     return rows, common
 
 
-def over_seeds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per setting (a job's differing overrides without ``seed=...``), in job order:
-    ``overrides``, ``seeds`` (its completed jobs) and ``(mean, std)`` of every number column
-    (``value``, the test metrics, ``seconds``) over them; std is the sample standard deviation
-    (n − 1), 0 for a single seed."""
-    groups: dict[str, list[dict[str, Any]]] = {}
+def over_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per setting (a job's differing overrides without ``data.fold=...`` and
+    ``seed=...``), in job order: ``overrides``; ``folds`` and ``seeds``, how many different
+    ones its completed jobs ran (1 when not swept); ``runs``, its completed jobs; and
+    ``(mean, std)`` of every number column (``value``, the test metrics, ``seconds``) over those
+    runs, folds and seeds pooled; std is the sample standard deviation (n − 1), 0 for one run."""
+    groups: dict[str, list[tuple[dict[str, Any], dict[str, str]]]] = {}
     for row in rows:
-        if row["status"] != "ok":
-            continue
-        setting = " ".join(o for o in row["overrides"].split() if not o.startswith("seed="))
-        groups.setdefault(setting, []).append(row)
+        if row["status"] == "ok":
+            setting, repeated = _split_repeats(row["overrides"])
+            groups.setdefault(setting, []).append((row, repeated))
     settings = []
     for setting, members in groups.items():
+        runs = [row for row, _ in members]
+        summary: dict[str, Any] = {"overrides": setting or "(every job)"}
+        for key, column in REPEATS.items():
+            summary[column] = len({repeated.get(key) for _, repeated in members})
+        summary["runs"] = len(runs)
         numbers = [
             key
-            for key in dict.fromkeys(k for row in members for k in row)
-            if key != "job" and all(isinstance(row.get(key), (int, float)) for row in members)
+            for key in dict.fromkeys(k for row in runs for k in row)
+            if key != "job" and all(isinstance(row.get(key), (int, float)) for row in runs)
         ]
-        summary: dict[str, Any] = {"overrides": setting or "(every job)", "seeds": len(members)}
         for key in numbers:
-            values = [float(row[key]) for row in members]
+            values = [float(row[key]) for row in runs]
             summary[key] = (statistics.fmean(values), _sample_std(values))
         settings.append(summary)
     return settings
+
+
+def _split_repeats(overrides: str) -> tuple[str, dict[str, str]]:
+    """A job's differing overrides as its setting and the values of its REPEATS keys
+    (``data.fold=2``, ``++data.fold=2`` and ``seed=1`` alike)."""
+    setting, repeated = [], {}
+    for override in overrides.split():
+        key, _, value = override.partition("=")
+        if key.lstrip("+") in REPEATS:
+            repeated[key.lstrip("+")] = value
+        else:
+            setting.append(override)
+    return " ".join(setting), repeated
 
 
 def _sample_std(values: list[float]) -> float:
