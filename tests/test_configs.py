@@ -134,7 +134,8 @@ def test_a_deprecated_experiment_composes_its_replacement_and_warns(train_config
     and resolving the run's config, as train.py does, warns naming the replacement."""
     new = DEPRECATED_EXPERIMENTS[old]
     own = OmegaConf.load(CONF / "experiment" / f"{old}.yaml")
-    assert list(own.defaults) == [new, "_self_"] and list(own) == ["defaults", "deprecated_experiment"]
+    assert list(own.defaults) == [new, "_self_"]
+    assert list(own) == ["defaults", "deprecated_experiment"]  # no value of its own
     with pytest.warns(UserWarning, match=rf"experiment={old} is deprecated.*experiment={new}"):
         composed = resolved(train_config([f"experiment={old}"]))
     del composed["deprecated_experiment"]

@@ -91,7 +91,7 @@ class SweepSummary(Callback):
             writer.writerow(_flat_header(columns))
             writer.writerows(_flat_row(row, columns) for row in settings)
         cells = [[_spread(row.get(c)) for c in columns] for row in settings]
-        title = "Mean ± std over folds and seeds (std: sample standard deviation of the runs, n − 1)"
+        title = "Mean ± std over folds and seeds (std: sample standard deviation, n − 1)"
         lines = ["", title, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         lines += ["| " + " | ".join(row) + " |" for row in cells]
         with open(sweep_dir / f"{self.filename}.md", "a") as handle:
