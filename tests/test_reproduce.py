@@ -39,11 +39,11 @@ def chosen_rows(monkeypatch):
         (["--overrides", "loss=listnet"], [("loss=listnet", ["loss=listnet"], None)]),
         (["--peers", "ranksvm"], [("peer_ranksvm", [], "ranksvm")]),
         (  # the structured hinge's per-k curve: one experiment, one row per k
-            ["--experiment", "hinge", "--sweep", "loss.k=1,2,10"],
+            ["--experiment", "hinge_paper", "--sweep", "loss.k=1,2,10"],
             [
-                ("hinge_loss.k=1", ["experiment=hinge", "loss.k=1"], None),
-                ("hinge_loss.k=2", ["experiment=hinge", "loss.k=2"], None),
-                ("hinge_loss.k=10", ["experiment=hinge", "loss.k=10"], None),
+                ("hinge_paper_loss.k=1", ["experiment=hinge_paper", "loss.k=1"], None),
+                ("hinge_paper_loss.k=2", ["experiment=hinge_paper", "loss.k=2"], None),
+                ("hinge_paper_loss.k=10", ["experiment=hinge_paper", "loss.k=10"], None),
             ],
         ),
         (
