@@ -90,9 +90,16 @@ class LossModule(nn.Module):
 def _own_copy(method: types.FunctionType, cls: type) -> types.FunctionType:
     """``method`` with a code object of its own for ``cls``: torch.compile caches graphs and
     counts recompilations per code object, so one shared ``forward`` would let a process that
-    compiles more than 8 loss classes hit its recompile limit."""
-    code = method.__code__.replace(co_qualname=f"{cls.__qualname__}.{method.__name__}")
+    compiles more than 8 loss classes hit its recompile limit. ``code.replace()`` always builds
+    a new code object; where code objects carry a qualified name (Python 3.11+) it names
+    ``cls`` too, so tracebacks and compile logs say which loss ran."""
+    qualname = f"{cls.__qualname__}.{method.__name__}"
+    if hasattr(method.__code__, "co_qualname"):
+        code = method.__code__.replace(co_qualname=qualname)
+    else:  # Python 3.10: no co_qualname, the function's __qualname__ alone names the class
+        code = method.__code__.replace()
     copy = types.FunctionType(code, method.__globals__, method.__name__, method.__defaults__)
     copy.__doc__, copy.__annotations__ = method.__doc__, method.__annotations__
-    copy.__qualname__ = code.co_qualname
+    copy.__qualname__ = qualname
     return copy
+
