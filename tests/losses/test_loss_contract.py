@@ -8,6 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+import differank.losses
+from differank.losses.module_form import loss_classes
 from tests.loss_registry import CASES, CHECKS, LossCase
 
 REDUCTIONS = ("none", "mean", "sum")
@@ -24,6 +26,22 @@ def cases(check: str) -> list:
             marks.append(pytest.mark.slow)
         params.append(pytest.param(case, id=case.name, marks=marks))
     return params
+
+
+def test_every_loss_is_in_the_registry():
+    """Every loss class in ``losses/`` (what a checkpoint may name) and every loss function
+    ``differank.losses`` exports has a registry entry, so none escapes the contract suite."""
+    modules = {case.module for case in CASES.values()}
+    functions = {case.function for case in CASES.values()}
+    missing = [
+        f"{cls.__module__}.{cls.__qualname__}" for cls in loss_classes() if cls not in modules
+    ]
+    missing += [
+        f"differank.losses.{name}"
+        for name in differank.losses.__all__
+        if name.endswith("_loss") and getattr(differank.losses, name) not in functions
+    ]
+    assert not missing, f"add a LossCase with a float64 oracle to tests/loss_registry.py: {missing}"
 
 
 def real(mask: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
