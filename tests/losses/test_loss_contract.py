@@ -230,8 +230,8 @@ def test_empty_batch_or_lists_give_a_connected_zero(case, shape):
 
 @pytest.mark.parametrize("case", cases("unpadded"))
 def test_lists_without_padding_keep_the_rule(case):
-    """A mask that is all true lets the O(L) losses skip their masked fills: the oracle, the
-    invalid queries and the non-finite values still follow the rule on that path."""
+    """Lists without padding (a mask that is all true): the oracle, the invalid queries and
+    the non-finite values follow the rule there as on padded lists."""
     values, labels, mask = case.make_batch(seed=1)
     fill = torch.randn(values.shape, generator=torch.Generator().manual_seed(2), dtype=values.dtype)
     values = torch.where(real(mask, values), values, fill)  # distinct scores: no subgradient ties
