@@ -7,7 +7,6 @@ from __future__ import annotations
 import torch
 
 from differank.losses.algorithms.dcg import dcg_gains, ideal_dcg
-from differank.losses.algorithms.pairs import valid_queries
 from differank.losses.approx_ndcg import check_positive
 from differank.losses.inputs import finite_scores, list_inputs, list_loss, nan_for_nonfinite_scores
 from differank.losses.module_form import LossModule
@@ -63,7 +62,7 @@ def approx_metric_loss(
     """
     check_reduction(reduction)
     check_metric_options(metric, k, temperature)
-    scores, labels, mask = list_inputs(scores, labels, mask)
+    scores, labels, mask, valid = list_inputs(scores, labels, mask)
     safe = finite_scores(scores, mask)
     above = torch.sigmoid((safe.unsqueeze(-2) - safe.unsqueeze(-1)) / temperature)
     pair = mask.unsqueeze(-2) & ~torch.eye(safe.shape[-1], dtype=torch.bool, device=safe.device)
@@ -87,7 +86,6 @@ def approx_metric_loss(
     else:
         size = mask.sum(dim=-1).to(safe.dtype).clamp(min=1.0) if k is None else float(k)
         value = (relevant * cutoff).sum(dim=-1) / size
-    valid = valid_queries(labels, mask)
     per_query = nan_for_nonfinite_scores(-value, scores, mask, valid)
     return reduce_queries(per_query, valid, reduction)
 

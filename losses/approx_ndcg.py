@@ -7,7 +7,6 @@ import torch
 
 from differank.losses.algorithms.chunks import query_chunks
 from differank.losses.algorithms.dcg import dcg_gains, ideal_dcg
-from differank.losses.algorithms.pairs import valid_queries
 from differank.losses.inputs import finite_scores, list_inputs, list_loss, nan_for_nonfinite_scores
 from differank.losses.module_form import LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
@@ -105,13 +104,12 @@ def approx_ndcg_loss(
     """
     check_reduction(reduction)
     check_positive("alpha", alpha)
-    scores, labels, mask = list_inputs(scores, labels, mask)
+    scores, labels, mask, valid = list_inputs(scores, labels, mask)
     safe = finite_scores(scores, mask)
     gains = dcg_gains(labels, mask)
     normalized = gains / ideal_dcg(gains).clamp(min=eps).unsqueeze(-1)
     positions = approx_positions(safe, mask, alpha=alpha, eps=eps)
     per_query = -(normalized / torch.log2(1.0 + positions)).sum(dim=-1)
-    valid = valid_queries(labels, mask)
     per_query = nan_for_nonfinite_scores(per_query, scores, mask, valid)
     return reduce_queries(per_query, valid, reduction)
 

@@ -240,7 +240,7 @@ def _cone_loss_and_support(
     with no_autocast:
         features, basis = features.to(dtype), basis.to(dtype)
         labels = float_labels(labels, dtype)
-        mask = finite_label_mask(labels, mask)
+        mask, _ = finite_label_mask(labels, mask)
         return _cone_terms(features, labels, mask, basis, options, **call)
 
 

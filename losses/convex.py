@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from differank.losses.algorithms.pairs import NUM_LEVELS, preference_mask, valid_queries
+from differank.losses.algorithms.pairs import NUM_LEVELS, preference_mask
 from differank.losses.algorithms.permutation_sampler import (
     ACCEPTS,
     DELTAS,
@@ -179,8 +179,7 @@ def _convex_loss(
     check_reduction(reduction)
     # the input rule of differank.losses.inputs: empty lists, any label dtype, non-finite labels
     # drop their query, half precision in float32, non-finite scores give their query NaN
-    raw, labels, mask = list_inputs(scores, labels, mask)
-    valid = valid_queries(labels, mask)
+    raw, labels, mask, valid = list_inputs(scores, labels, mask)
     safe = finite_scores(raw, mask)
     if raw.shape[0] == 0:  # no query: a connected zero (the sampler has nothing to walk)
         return reduce_queries(safe.sum(dim=-1) * 0.0, valid, reduction)

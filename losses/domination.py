@@ -169,7 +169,7 @@ def domination_loss(
         raise ValueError("pool=True needs separable margins; [B, L, L] margins are per query")
     if scores.shape[1] == 0:  # no documents: margins have nothing to shift
         margins, pairwise = None, False
-    scores, labels, mask = list_inputs(scores, labels, mask)
+    scores, labels, mask, _ = list_inputs(scores, labels, mask)
     if margins is not None:
         margins = margins.to(scores.dtype)
     if layer_margins is not None:

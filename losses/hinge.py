@@ -135,7 +135,7 @@ def structured_hinge_loss(
     """
     _check_options(k, ystar, solver, num_levels)
     check_reduction(reduction)
-    scores, labels, mask = list_inputs(scores, labels, mask)
+    scores, labels, mask, _ = list_inputs(scores, labels, mask)
     safe_scores = finite_scores(scores, mask)
     weight_hat, weight_star, delta, valid = hinge_inference(
         safe_scores.detach(), labels, mask, k=k, ystar=ystar, solver=solver, num_levels=num_levels

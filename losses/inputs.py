@@ -193,26 +193,35 @@ def in_dtype(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return tensor if tensor.dtype == dtype else tensor.to(dtype)
 
 
-def finite_label_mask(labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The mask with every query dropped that has an unusable label at a real document:
-    non-finite, or negative where values are not read. On the CPU eager path a negative label
-    is a ValueError (padding written as -1 belongs in the mask: ``mask=labels >= 0``).
+def finite_label_mask(
+    labels: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mask with every query dropped that has an unusable label at a real document
+    (non-finite, or negative where values are not read), and each query's validity: whether
+    its real documents, once dropped ones are gone, carry two distinct labels
+    (:func:`~differank.losses.algorithms.pairs.valid_queries`). On the CPU eager path a
+    negative label is a ValueError (padding written as -1 belongs in the mask:
+    ``mask=labels >= 0``). Both come from each query's lowest and highest real label.
 
     Shape:
-        labels (floating), mask: [B, L] -> [B, L] bool.
+        labels (floating), mask: [B, L] -> ([B, L] bool, [B] bool).
 
     Example:
         >>> labels = torch.tensor([[1.0, float("nan")], [1.0, 0.0], [2.0, float("inf")]])
         >>> finite_label_mask(labels, torch.tensor([[True, True], [True, True], [True, False]]))
-        tensor([[False, False],
+        (tensor([[False, False],
                 [ True,  True],
-                [ True, False]])
+                [ True, False]]), tensor([False,  True, False]))
     """
-    bad = mask & ~((labels >= 0) & (labels < math.inf))  # NaN, ±inf and negative labels
+    # each query's lowest and highest real label: NaN if one is NaN (amin/amax propagate it)
+    lowest = torch.where(mask, labels, math.inf).amin(dim=-1)
+    highest = torch.where(mask, labels, -math.inf).amax(dim=-1)
+    usable = (lowest >= 0) & (highest < math.inf)  # [B]: no NaN, ±inf or negative real label
+    valid = usable & (highest > lowest)
     if may_read_values(labels):
-        if not bool(bad.any()):  # the common case: one pass, one free read
-            return mask
-        negative = bad & (labels < 0) & (labels > -math.inf)
+        if bool(usable.all()):  # the common case: one free read of [B] values
+            return mask, valid
+        negative = mask & (labels < 0) & (labels > -math.inf)
         if bool(negative.any()):
             where = [tuple(index) for index in negative.nonzero()[:3].tolist()]
             raise ValueError(
@@ -220,24 +229,25 @@ def finite_label_mask(labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
                 f"{labels[negative][0].item():g} at [b, i] = {where}: mark padding in the mask, "
                 "e.g. mask=labels >= 0 for lists padded with -1 (as allRank does)"
             )
-    return mask & ~bad.any(dim=-1, keepdim=True)
+    return mask & usable.unsqueeze(-1), valid
 
 
 def list_inputs(
     scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """A scalar loss's inputs under the rule above: checked, ``L ≥ 1``, in the compute dtype.
 
-    Returns ``(scores, labels, mask)``: scores cast to :func:`compute_dtype` (still in the
-    graph), labels as that float dtype, and the mask without queries that have a non-finite
-    label. Scores are not sanitised: compute on :func:`finite_scores`, then apply
+    Returns ``(scores, labels, mask, valid)``: scores cast to :func:`compute_dtype` (still in
+    the graph), labels as that float dtype, the mask without queries that have a non-finite
+    label, and ``valid`` [B], the queries with a preference pair (:func:`finite_label_mask`).
+    Scores are not sanitised: compute on :func:`finite_scores`, then apply
     :func:`nan_for_nonfinite_scores` to the per-query loss.
     """
     check_list_inputs(scores, labels, mask)
     scores, labels, mask = nonempty_lists(scores, labels, mask)
     dtype = compute_dtype(scores.dtype)
     labels = float_labels(labels, dtype)
-    return in_dtype(scores, dtype), labels, finite_label_mask(labels, mask)
+    return in_dtype(scores, dtype), labels, *finite_label_mask(labels, mask)
 
 
 def finite_scores(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -248,7 +258,8 @@ def finite_scores(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     non-finite scores is added back by :func:`nan_for_nonfinite_scores`.
     """
     real = mask.reshape(mask.shape + (1,) * (values.dim() - 2))
-    return torch.where(real & torch.isfinite(values), values, torch.zeros_like(values))
+    finite = values.abs() < math.inf  # torch.isfinite in one pass: NaN compares False
+    return torch.where(real & finite, values, torch.zeros_like(values))
 
 
 def nan_for_nonfinite_scores(
@@ -256,106 +267,15 @@ def nan_for_nonfinite_scores(
 ) -> torch.Tensor:
     """``per_query`` [B] with NaN where a valid query has a non-finite score at a real document.
 
-    The added term is ``Σ_i s_i · c_i`` with ``c_i = NaN`` at such a query's real documents and
-    0 elsewhere, so those documents also get a NaN gradient and everything else is unchanged.
+    The added term is ``Σ_i s_i · c_q`` over the real documents of valid queries, with
+    ``c_q = Σ_i 0 · s_i`` (detached): NaN for a query with a non-finite score, else 0. So those
+    documents also get a NaN gradient and everything else is unchanged.
 
     Shape:
         per_query: [B]; values: [B, L] scores or [B, L, F] features; mask: [B, L];
         valid: [B] bool -> [B].
     """
-    real = mask.reshape(mask.shape + (1,) * (values.dim() - 2))
-    nonfinite = (real & ~torch.isfinite(values)).flatten(1).any(dim=-1)  # [B]
-    poisoned = real & (nonfinite & valid).reshape((-1,) + (1,) * (values.dim() - 1))
-    marker = torch.where(poisoned, float("nan"), 0.0).to(per_query.dtype)
-    kept = torch.where(poisoned, values.to(per_query.dtype), 0.0)
-    return per_query + (kept * marker).flatten(1).sum(dim=-1)
-
-
-def usable_eager_result(
-    lowest: torch.Tensor, per_query: torch.Tensor, other: torch.Tensor | None = None
-) -> bool:
-    """Whether a loss's CPU eager shortcut, computed on the raw inputs without the rule's
-    O(B·L) checks, is the rule's result: every real label is a finite grade (``lowest``, each
-    query's lowest real label, is ``>= 0`` and not NaN; ``+inf`` for a query without real
-    documents) and ``per_query`` (and ``other``) [B] are finite. One host read for the batch;
-    on False the loss takes its general path.
-
-    Example:
-        >>> lowest = torch.tensor([0.0, math.inf])
-        >>> usable_eager_result(lowest, torch.tensor([0.7, 0.0]))
-        True
-        >>> usable_eager_result(lowest, torch.tensor([float("nan"), 0.0]))
-        False
-    """
-    # 0 · (NaN or ±inf) is NaN, and so is 0 · x · y if x or y is: min(lowest + 0 · ...) >= 0
-    # checks everything at once
-    per_query = per_query.detach()
-    if other is None:
-        return float(torch.add(lowest, per_query, alpha=0.0).amin()) >= 0
-    return float(torch.addcmul(lowest, per_query, other, value=0.0).amin()) >= 0
-
-
-def every_document_real(mask: torch.Tensor) -> bool:
-    """True when the bool ``mask`` marks every document real (one free read on the CPU eager
-    path): the loss may then skip its masked fills and take each query's lowest and highest label
-    over the whole row. False elsewhere, where values are not read."""
-    return may_read_values(mask) and bool(mask.all())
-
-
-def eager_per_query(
-    scores: torch.Tensor,
-    labels: torch.Tensor,
-    mask: torch.Tensor,
-    per_query_of: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor],
-) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """A list loss's CPU eager shortcut: ``(per_query [B], valid [B] or None)`` computed on the
-    raw inputs, the rule's O(B·L) checks replaced by one host read of [B] values after the fact;
-    None off the CPU eager path, for an empty shape, or when the rule finds work (a non-finite
-    score, a non-finite or negative label at a real document): the loss then takes its general
-    path. ``per_query_of(scores, labels, mask)`` gets scores and float labels in the compute
-    dtype and ``mask`` None when every document is real (no masked fills needed)."""
-    if not may_read_values(scores):
-        return None
-    check_list_inputs(scores, labels, mask)
-    if scores.numel() == 0:  # B = 0 or L = 0: the general path's connected zero
-        return None
-    dtype = compute_dtype(scores.dtype)
-    scores, labels = in_dtype(scores, dtype), float_labels(labels, dtype)
-    if every_document_real(mask):  # no padding to fill: the checks come from one aminmax
-        per_query = per_query_of(scores, labels, None)
-        usable, valid = unpadded_eager_validity(*torch.aminmax(labels, dim=-1), per_query)
-        return (per_query, valid) if usable else None
-    per_query = per_query_of(scores, labels, mask)
-    lowest = torch.where(mask, labels, math.inf).amin(dim=-1)  # NaN, -inf or < 0 if one is
-    if not usable_eager_result(lowest, per_query):
-        return None
-    return per_query, torch.where(mask, labels, -math.inf).amax(dim=-1) > lowest
-
-
-def unpadded_eager_validity(
-    lowest: torch.Tensor, highest: torch.Tensor, per_query: torch.Tensor
-) -> tuple[bool, torch.Tensor | None]:
-    """:func:`usable_eager_result` for lists without padding, with the queries' validity in the
-    same read: ``(usable, valid)``. ``lowest`` and ``highest`` [B] are each query's lowest and
-    highest label (NaN if one is NaN); ``valid`` is ``highest > lowest`` [B] bool (two distinct
-    grades), or None when every query is valid, the common case that needs no masking.
-
-    Example:
-        >>> unpadded_eager_validity(torch.tensor([0.0, 1.0]), torch.tensor([2.0, 3.0]),
-        ...                         torch.tensor([0.5, 0.7]))
-        (True, None)
-        >>> unpadded_eager_validity(torch.tensor([0.0, 1.0]), torch.tensor([0.0, 3.0]),
-        ...                         torch.tensor([0.5, 0.7]))
-        (True, tensor([False,  True]))
-        >>> unpadded_eager_validity(torch.tensor([-1.0]), torch.tensor([2.0]), torch.tensor([0.5]))
-        (False, None)
-    """
-    # lowest + 0 · loss · highest is NaN if any of them is non-finite, and < 0 for a negative
-    # grade; an invalid query reads as -1 here, so one read settles the common case
-    check = torch.addcmul(lowest, per_query.detach(), highest, value=0.0)
-    valid = highest > lowest
-    if float(torch.where(valid, check, -1.0).amin()) >= 0:
-        return True, None
-    if float(check.amin()) >= 0:  # usable, some query without two grades
-        return True, valid
-    return False, None
+    counted = (mask & valid.unsqueeze(-1)).reshape(mask.shape + (1,) * (values.dim() - 2))
+    kept = torch.where(counted, values, 0.0).to(per_query.dtype).flatten(1)
+    marker = kept.detach().mul(0.0).sum(dim=-1, keepdim=True)  # NaN, or 0 when all are finite
+    return per_query + (kept * marker).sum(dim=-1)

@@ -9,7 +9,6 @@ import torch
 
 from differank.losses.algorithms.chunks import query_chunks
 from differank.losses.algorithms.dcg import dcg_gains, ideal_dcg, position_discounts
-from differank.losses.algorithms.pairs import valid_queries
 from differank.losses.inputs import finite_scores, list_inputs, list_loss, nan_for_nonfinite_scores
 from differank.losses.module_form import LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
@@ -165,7 +164,7 @@ def lambda_loss(
     """
     check_reduction(reduction)
     check_lambda_options(weighting, k, sigma, logarithm)
-    scores, labels, mask = list_inputs(scores, labels, mask)
+    scores, labels, mask, valid = list_inputs(scores, labels, mask)
     safe = finite_scores(scores, mask)
     gains = dcg_gains(labels, mask)
     max_dcg = ideal_dcg(gains, k).clamp(min=eps)
@@ -190,7 +189,6 @@ def lambda_loss(
     )
     if logarithm == "binary":
         per_query = per_query / math.log(2.0)
-    valid = valid_queries(labels, mask)
     per_query = nan_for_nonfinite_scores(per_query, scores, mask, valid)
     return reduce_queries(per_query, valid, reduction)
 

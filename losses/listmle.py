@@ -3,24 +3,13 @@ position-aware form p-ListMLE (Lan et al., UAI 2014); docs/objectives/standard.m
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from differank.losses.algorithms.pairs import valid_queries
 from differank.losses.inputs import (
-    check_list_inputs,
-    compute_dtype,
-    every_document_real,
     finite_scores,
-    float_labels,
-    in_dtype,
     list_inputs,
     list_loss,
-    may_read_values,
     nan_for_nonfinite_scores,
-    unpadded_eager_validity,
-    usable_eager_result,
 )
 from differank.losses.module_form import LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
@@ -37,7 +26,7 @@ def check_listmle_options(ties: str, eps: float) -> None:
 
 
 def reversed_label_order(
-    labels: torch.Tensor, mask: torch.Tensor | None, *, ties: str = "random"
+    labels: torch.Tensor, mask: torch.Tensor, *, ties: str = "random"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The label order read backwards: ``(keys, order)`` with ``order`` a permutation sorting
     each query by increasing label, padding first, and ``keys`` the sorted labels (padding
@@ -48,8 +37,6 @@ def reversed_label_order(
     permutation of the slots from the global stream, shared by the batch as allRank's shuffle,
     then a sort), or by index in ``π`` (``ties="index"``: the lower slot first).
 
-    ``mask=None``: every document is real (no fill).
-
     Shape:
         labels, mask: [B, L] -> ([B, L] labels' dtype, [B, L] int64).
 
@@ -58,7 +45,7 @@ def reversed_label_order(
         ...                      torch.tensor([[True, True, True, False]]), ties="index")
         (tensor([[-inf, 1., 1., 2.]]), tensor([[3, 2, 0, 1]]))
     """
-    key = labels if mask is None else torch.where(mask, labels, float("-inf"))
+    key = torch.where(mask, labels, float("-inf"))
     length = labels.shape[-1]
     if ties == "index":  # a stable sort of the reversed slots puts the higher slot first
         keys, order = key.flip(-1).sort(dim=-1, stable=True)
@@ -74,32 +61,30 @@ class _PlackettLuce(torch.autograd.Function):
     """:func:`plackett_luce` with its gradient written out: one autograd node instead of a
     dozen, which is what an O(L) loss costs at the list sizes of LETOR data. The gradient of
     ``T_i = Σ_{j≥i} exp(s_πj - m) + eps`` is a prefix sum over ``π``; ``m`` is differentiated
-    like ``amax``: ``∂L/∂m = eps · Σ_i α_i / T_i``, shared evenly by tied maxima. ``mask`` and
-    ``alpha`` None: no padding, every weight 1 (no fill, a plain sum)."""
+    like ``amax``: ``∂L/∂m = eps · Σ_i α_i / T_i``, shared evenly by tied maxima."""
 
     @staticmethod
     def forward(ctx, scores, mask, order, alpha, eps):
-        if mask is not None:
-            scores = torch.where(mask, scores, torch.finfo(scores.dtype).min / 2)
+        scores = torch.where(mask, scores, torch.finfo(scores.dtype).min / 2)
         ranked = scores.gather(-1, order)  # backwards, padding first
         shifted = ranked.sub_(ranked.amax(dim=-1, keepdim=True))  # exactly 0 at the maxima
         exps = shifted.exp()
         tails = exps.cumsum(dim=-1).add_(eps)  # T_i, backwards: a prefix sum of the layout
-        if eps == 0 and alpha is not None:  # T_i = 0 at padding: keep log, 1 / T_i finite
+        if eps == 0:  # T_i = 0 at padding: keep log, 1 / T_i finite
             tails.add_(alpha == 0)
         ctx.eps = eps
         ctx.save_for_backward(order, alpha, shifted, exps, tails)
         terms = tails.log().sub_(shifted)
-        return terms.sum(dim=-1) if alpha is None else torch.linalg.vecdot(terms, alpha)
+        return torch.linalg.vecdot(terms, alpha)
 
     @staticmethod
     def backward(ctx, grad):
         order, alpha, shifted, exps, tails = ctx.saved_tensors
-        share = tails.reciprocal() if alpha is None else alpha / tails  # α_i / T_i
+        share = alpha / tails  # α_i / T_i
         # ∂L/∂(s_πk - m) = exp(s_πk - m) · Σ_{i≤k} α_i / T_i - α_k: a suffix sum of the layout
         suffix = share.flip(-1).cumsum(dim=-1).flip(-1)
         ranked_grad = suffix * exps
-        ranked_grad.sub_(1.0 if alpha is None else alpha)
+        ranked_grad.sub_(alpha)
         if ctx.eps > 0:  # the suffix sum at slot 0 is Σ_i α_i / T_i
             is_top = shifted == 0
             through_top = suffix[:, :1] * ctx.eps
@@ -111,9 +96,9 @@ class _PlackettLuce(torch.autograd.Function):
 
 def plackett_luce(
     scores: torch.Tensor,
-    mask: torch.Tensor | None,
+    mask: torch.Tensor,
     order: torch.Tensor,
-    alpha: torch.Tensor | None,
+    alpha: torch.Tensor,
     eps: float,
 ) -> torch.Tensor:
     """``Σ_i α_i (log(Σ_{j≥i} exp(s_πj - m) + eps) + m - s_πi)`` per query [B] from the scores
@@ -122,7 +107,6 @@ def plackett_luce(
     the real documents for ListMLE). ``m`` is the real maximum. Laid out backwards, the tail
     sums are one cumulative sum; padding is the dtype's lowest float / 2 (its exp is 0 and, with
     ``m`` never below it, every term is finite) and the terms are weighted by a product.
-    ``mask=None`` and ``alpha=None``: lists without padding, every weight 1.
 
     Shape:
         scores, mask, order, alpha: [B, L] -> [B].
@@ -140,36 +124,12 @@ def _position_weights(real: torch.Tensor) -> torch.Tensor:
 
 
 def _per_query(scores, labels, mask, ties, position_aware, eps):
-    """``(per-query loss [B], sorted label keys [B, L])`` of :func:`plackett_luce`;
-    ``mask=None``: no padding."""
+    """The per-query loss [B] of :func:`plackett_luce` in :func:`reversed_label_order`'s
+    layout."""
     keys, order = reversed_label_order(labels, mask, ties=ties)
-    if mask is None:
-        alpha = _position_weights(torch.ones_like(keys)) if position_aware else None
-    else:
-        real = keys.clamp(min=-1.0, max=0.0).add_(1.0)  # labels >= 0: 1, padding (-inf): 0
-        alpha = _position_weights(real) if position_aware else real
-    return plackett_luce(scores, mask, order, alpha, eps), keys
-
-
-def _eager_listmle(scores, labels, mask, ties, position_aware, eps, reduction):
-    """The CPU eager path: the loss computed on the raw inputs, or None when the input rule
-    has work to do (an empty shape, a non-finite score, a non-finite or negative label at a
-    real document), which is seen on [B] after the fact in one free host read."""
-    check_list_inputs(scores, labels, mask)
-    if scores.numel() == 0:
-        return None
-    dtype = compute_dtype(scores.dtype)
-    labels, scores = float_labels(labels, dtype), in_dtype(scores, dtype)
-    if every_document_real(mask):  # the sorted keys hold each query's lowest and highest label
-        per_query, keys = _per_query(scores, labels, None, ties, position_aware, eps)
-        usable, valid = unpadded_eager_validity(keys.select(-1, 0), keys.select(-1, -1), per_query)
-        return reduce_queries(per_query, valid, reduction) if usable else None
-    per_query, keys = _per_query(scores, labels, mask, ties, position_aware, eps)
-    lowest = torch.where(mask, labels, math.inf).amin(dim=-1)
-    spread = (keys[:, -1] - lowest).clamp(min=0.0)  # > 0 for a valid query; 0 without documents
-    if not usable_eager_result(lowest, per_query, spread):
-        return None
-    return reduce_queries(per_query, spread > 0, reduction)
+    real = keys.clamp(min=-1.0, max=0.0).add_(1.0)  # labels >= 0: 1, padding (-inf): 0
+    alpha = _position_weights(real) if position_aware else real
+    return plackett_luce(scores, mask, order, alpha, eps)
 
 
 @list_loss()
@@ -204,14 +164,9 @@ def listmle_loss(
     """
     check_reduction(reduction)
     check_listmle_options(ties, eps)
-    if may_read_values(scores):
-        eager = _eager_listmle(scores, labels, mask, ties, position_aware, eps, reduction)
-        if eager is not None:
-            return eager
-    scores, labels, mask = list_inputs(scores, labels, mask)
+    scores, labels, mask, valid = list_inputs(scores, labels, mask)
     safe = finite_scores(scores, mask)
-    per_query, _ = _per_query(safe, labels, mask, ties, position_aware, eps)
-    valid = valid_queries(labels, mask)
+    per_query = _per_query(safe, labels, mask, ties, position_aware, eps)
     per_query = nan_for_nonfinite_scores(per_query, scores, mask, valid)
     return reduce_queries(per_query, valid, reduction)
 

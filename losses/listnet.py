@@ -5,9 +5,7 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from differank.losses.algorithms.pairs import valid_queries
 from differank.losses.inputs import (
-    eager_per_query,
     finite_scores,
     list_inputs,
     list_loss,
@@ -43,32 +41,15 @@ def listnet_loss(
         tensor(0.6931)
     """
     check_reduction(reduction)
-    eager = eager_per_query(scores, labels, mask, _listnet_per_query)
-    if eager is not None:
-        return reduce_queries(*eager, reduction)
-    scores, labels, mask = list_inputs(scores, labels, mask)
+    scores, labels, mask, valid = list_inputs(scores, labels, mask)
+    # padding enters both softmaxes as the dtype's most negative value: its probability is an
+    # exact 0 and its log finite, so one fused cross-entropy call is the whole loss
     very_negative = torch.finfo(scores.dtype).min
-    safe = finite_scores(scores, mask)
-    log_p_scores = torch.where(mask, safe, torch.full_like(scores, very_negative)).log_softmax(-1)
-    real_labels = torch.where(mask, labels, torch.full_like(scores, very_negative))
-    p_labels = real_labels.softmax(-1)
-    terms = torch.where(mask, p_labels * log_p_scores, torch.zeros_like(scores))
-    valid = valid_queries(labels, mask)
-    per_query = nan_for_nonfinite_scores(-terms.sum(-1), scores, mask, valid)
+    logits = torch.where(mask, finite_scores(scores, mask), very_negative)
+    targets = torch.where(mask, labels, very_negative).softmax(-1)
+    per_query = F.cross_entropy(logits, targets, reduction="none")
+    per_query = nan_for_nonfinite_scores(per_query, scores, mask, valid)
     return reduce_queries(per_query, valid, reduction)
-
-
-def _listnet_per_query(
-    scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None
-) -> torch.Tensor:
-    """-Σ softmax(labels) · log softmax(scores) [B] in one fused call (the eager shortcut of
-    :func:`~differank.losses.inputs.eager_per_query`). Padding enters both softmaxes as the
-    dtype's most negative value, so its probability is an exact 0 and its log finite."""
-    if mask is not None:
-        very_negative = torch.finfo(scores.dtype).min
-        scores = torch.where(mask, scores, very_negative)
-        labels = torch.where(mask, labels, very_negative)
-    return F.cross_entropy(scores, labels.softmax(-1), reduction="none")
 
 
 class ListNetLoss(LossModule, function=listnet_loss):

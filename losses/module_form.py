@@ -5,11 +5,14 @@ function with them, and a ``repr`` listing them.
 
 Losses whose module does more than store options (ConeRank's basis and warm start, ConvexLoss'
 sample refresh, the domination loss' margin buffer) keep a class of their own.
+:func:`loss_classes` finds every loss class, of either kind, in the files of ``losses/``.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import pkgutil
 import types
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -90,9 +93,41 @@ class LossModule(nn.Module):
 def _own_copy(method: types.FunctionType, cls: type) -> types.FunctionType:
     """``method`` with a code object of its own for ``cls``: torch.compile caches graphs and
     counts recompilations per code object, so one shared ``forward`` would let a process that
-    compiles more than 8 loss classes hit its recompile limit."""
-    code = method.__code__.replace(co_qualname=f"{cls.__qualname__}.{method.__name__}")
+    compiles more than 8 loss classes hit its recompile limit. ``code.replace()`` always builds
+    a new code object; where code objects carry a qualified name (Python 3.11+) it names
+    ``cls`` too, so tracebacks and compile logs say which loss ran."""
+    qualname = f"{cls.__qualname__}.{method.__name__}"
+    if hasattr(method.__code__, "co_qualname"):
+        code = method.__code__.replace(co_qualname=qualname)
+    else:  # Python 3.10: no co_qualname, the function's __qualname__ alone names the class
+        code = method.__code__.replace()
     copy = types.FunctionType(code, method.__globals__, method.__name__, method.__defaults__)
     copy.__doc__, copy.__annotations__ = method.__doc__, method.__annotations__
-    copy.__qualname__ = code.co_qualname
+    copy.__qualname__ = qualname
     return copy
+
+
+def loss_classes() -> list[type[nn.Module]]:
+    """Every loss module class of ``differank.losses``: the public ``nn.Module`` classes defined
+    in its modules (``losses/*.py``), exported from ``differank.losses`` or not.
+
+    What a checkpoint may name (``differank.rankers.training.checkpoints.ALLOWED_TARGETS``) and
+    what tests/loss_registry.py must cover derive from it, so a new loss file needs no list of
+    its own (docs/architecture.md#how-to-add-a-loss).
+    """
+    package = importlib.import_module("differank.losses")
+    classes = []
+    for found in pkgutil.iter_modules(package.__path__, f"{package.__name__}."):
+        if found.ispkg or found.name.rpartition(".")[2].startswith("_"):
+            continue  # losses/algorithms/ holds building blocks, not losses
+        module = importlib.import_module(found.name)
+        classes += [
+            value
+            for name, value in vars(module).items()
+            if isinstance(value, type)
+            and issubclass(value, nn.Module)
+            and value.__module__ == module.__name__
+            and value is not LossModule
+            and not name.startswith("_")
+        ]
+    return sorted(classes, key=lambda cls: f"{cls.__module__}.{cls.__qualname__}")

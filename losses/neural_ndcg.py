@@ -6,7 +6,6 @@ from __future__ import annotations
 import torch
 
 from differank.losses.algorithms.dcg import dcg_gains, ideal_dcg, position_discounts
-from differank.losses.algorithms.pairs import valid_queries
 from differank.losses.algorithms.soft_sorting import (
     gumbel_perturbed_scores,
     neural_sort,
@@ -82,7 +81,7 @@ def neural_ndcg_loss(
     check_reduction(reduction)
     check_positive("temperature", temperature)
     check_neural_options(k, n_samples, sinkhorn_iterations, sinkhorn_tolerance)
-    scores, labels, mask = list_inputs(scores, labels, mask)
+    scores, labels, mask, valid = list_inputs(scores, labels, mask)
     safe = finite_scores(scores, mask)
     gains = dcg_gains(labels, mask, powered=powered_relevancies)
     ideal = ideal_dcg(gains, k)
@@ -115,7 +114,6 @@ def neural_ndcg_loss(
         expected = (matrix @ (column_scale * sample_gains).unsqueeze(-1)).squeeze(-1)
         dcg = (discounts * row_scale * expected).sum(dim=-1)
     ndcg = dcg.reshape(samples, -1).mean(dim=0) / (ideal + IDCG_EPS)
-    valid = valid_queries(labels, mask)
     per_query = nan_for_nonfinite_scores(-ndcg, scores, mask, valid)
     return reduce_queries(per_query, valid, reduction)
 

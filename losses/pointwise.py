@@ -11,7 +11,6 @@ from collections.abc import Sequence
 import torch
 from torch.nn import functional as F
 
-from differank.losses.algorithms.pairs import valid_queries
 from differank.losses.inputs import (
     finite_scores,
     list_inputs,
@@ -35,14 +34,13 @@ def _per_document_sum(
     """Reduce ``document_loss(safe_scores, labels)`` [B, L] to a per-query sum (``average``:
     mean over the query's real documents), under the rule."""
     check_reduction(reduction)
-    scores, labels, mask = list_inputs(scores, labels, mask)
+    scores, labels, mask, valid = list_inputs(scores, labels, mask)
     safe = finite_scores(scores, mask)
     real_labels = torch.where(mask, labels, torch.zeros_like(labels))
     terms = document_loss(safe, real_labels)
     per_query = torch.where(mask, terms, torch.zeros_like(terms)).sum(dim=-1)
     if average:
         per_query = per_query / mask.sum(dim=-1).clamp(min=1)
-    valid = valid_queries(labels, mask)
     per_query = nan_for_nonfinite_scores(per_query, scores, mask, valid)
     return reduce_queries(per_query, valid, reduction)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from differank.losses.algorithms.pairs import preference_mask, valid_queries
+from differank.losses.algorithms.pairs import preference_mask
 from differank.losses.inputs import (
     finite_scores,
     list_inputs,
@@ -73,14 +73,13 @@ def ranknet_loss(
         tensor(0.3133)
     """
     check_reduction(reduction)
-    scores, labels, mask = list_inputs(scores, labels, mask)
+    scores, labels, mask, valid = list_inputs(scores, labels, mask)
     check_pair_memory(*scores.shape, scores.dtype)
     pairs = preference_mask(labels, mask)  # [B, L, L]
     real_scores = finite_scores(scores, mask)
     difference = real_scores.unsqueeze(-1) - real_scores.unsqueeze(-2)
     pair_loss = torch.where(pairs, F.softplus(-difference), torch.zeros_like(difference))
     per_query = pair_loss.sum(dim=(-1, -2)) / pairs.sum(dim=(-1, -2)).clamp(min=1)
-    valid = valid_queries(labels, mask)
     per_query = nan_for_nonfinite_scores(per_query, scores, mask, valid)
     return reduce_queries(per_query, valid, reduction)
 

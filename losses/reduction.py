@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import torch
 
-from differank.losses.inputs import may_read_values
-
 REDUCTIONS = ("none", "mean", "sum")
 
 
@@ -41,8 +39,7 @@ def reduce_queries(
         tensor([2., 0., 4.])
     """
     check_reduction(reduction)
-    # on the CPU eager path the count is free to read, and usually every query is valid
-    if valid is None or (may_read_values(valid) and 0 < int(valid.sum()) == valid.numel()):
+    if valid is None:
         if reduction == "none":
             return per_query
         return per_query.mean() if reduction == "mean" else per_query.sum()

@@ -3,14 +3,10 @@ and its Poly-1 form (Leng et al., ICLR 2022); docs/objectives/standard.md#softma
 
 from __future__ import annotations
 
-import functools
-
 import torch
 from torch.nn import functional as F
 
-from differank.losses.algorithms.pairs import valid_queries
 from differank.losses.inputs import (
-    eager_per_query,
     finite_scores,
     list_inputs,
     list_loss,
@@ -22,31 +18,16 @@ from differank.losses.reduction import check_reduction, reduce_queries
 
 def _softmax_per_query(
     scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, epsilon: float
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(cross-entropy + epsilon · (1 - p_t) [B], valid [B])`` under the input rule, where
     the targets are ``t_i = l_i / Σ_j l_j`` and ``p_t = Σ_i t_i softmax(s)_i``; ``epsilon = 0``
-    is the plain softmax loss. ``valid`` is None when every query is valid."""
-    eager = eager_per_query(
-        scores, labels, mask, functools.partial(_masked_cross_entropy, epsilon=epsilon)
-    )
-    if eager is not None:
-        return eager
-    scores, labels, mask = list_inputs(scores, labels, mask)
-    safe = finite_scores(scores, mask)
-    per_query = _masked_cross_entropy(safe, labels, mask, epsilon)  # labels >= 0 where real
-    valid = valid_queries(labels, mask)
+    is the plain softmax loss. Padding enters as the dtype's most negative score with
+    relevance 0."""
+    scores, labels, mask, valid = list_inputs(scores, labels, mask)
+    logits = torch.where(mask, finite_scores(scores, mask), torch.finfo(scores.dtype).min)
+    relevance = torch.where(mask, labels, 0.0)  # labels >= 0 where real
+    per_query = _cross_entropy(logits, relevance, epsilon)
     return nan_for_nonfinite_scores(per_query, scores, mask, valid), valid
-
-
-def _masked_cross_entropy(
-    scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None, epsilon: float
-) -> torch.Tensor:
-    """:func:`_cross_entropy` of the real documents (``mask`` None: all are real); padding
-    enters as the dtype's most negative score with relevance 0. Both paths compute it."""
-    if mask is not None:
-        labels = torch.where(mask, labels, 0.0)
-        scores = torch.where(mask, scores, torch.finfo(scores.dtype).min)
-    return _cross_entropy(scores, labels, epsilon)
 
 
 def _cross_entropy(logits: torch.Tensor, relevance: torch.Tensor, epsilon: float) -> torch.Tensor:

@@ -3,12 +3,13 @@
 A checkpoint written by ``train.py`` carries the run's config (``checkpoint["differank"]
 ["config"]``). Whoever hands you a checkpoint file chooses that config, so it is rebuilt only
 by :func:`build`, never by Hydra: every ``_target_`` at any depth must name one of
-:data:`ALLOWED_TARGETS` (differank's own classes, which ``conf/`` names, and the optimizers and
-learning-rate schedulers the docs offer), ``_partial_`` is the only other special key, and no
-string may hold an interpolation (``${...}``: resolvers such as ``oc.decode`` build new config
-nodes). Everything is checked before anything is imported or called; an error names the config
-node and the value. Files are read with ``torch.load(weights_only=True)`` only, and a corrupt or
-truncated file is reported as such, never with advice to load it unsafely.
+:data:`ALLOWED_TARGETS` (differank's own classes, which ``conf/`` names, every loss class in
+``losses/``, and the optimizers and learning-rate schedulers the docs offer), ``_partial_`` is
+the only other special key, and no string may hold an interpolation (``${...}``: resolvers such
+as ``oc.decode`` build new config nodes). Everything is checked before anything is imported or
+called; an error names the config node and the value. Files are read with
+``torch.load(weights_only=True)`` only, and a corrupt or truncated file is reported as such,
+never with advice to load it unsafely.
 
 Public API::
 
@@ -32,6 +33,8 @@ from typing import Any
 
 import torch
 
+from differank.losses.module_form import loss_classes
+
 _DATA = "differank.datamodules"
 _OPTIM = "torch.optim"
 _SCHEDULERS = ("StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "LinearLR")
@@ -40,22 +43,8 @@ ALLOWED_TARGETS = frozenset(
     {
         f"{_DATA}.letor.LetorDataModule",
         f"{_DATA}.synthetic.SyntheticLetorDataModule",
-        "differank.losses.approx_metrics.ApproxMetricLoss",
-        "differank.losses.approx_ndcg.ApproxNDCGLoss",
-        "differank.losses.cone.ConeLoss",
-        "differank.losses.convex.ConvexLoss",
-        "differank.losses.domination.DominationLoss",
-        "differank.losses.hinge.StructuredHingeLoss",
-        "differank.losses.lambdaloss.LambdaLoss",
-        "differank.losses.listmle.ListMLELoss",
-        "differank.losses.listnet.ListNetLoss",
-        "differank.losses.neural_ndcg.NeuralNDCGLoss",
-        "differank.losses.pointwise.MSELoss",
-        "differank.losses.pointwise.OrdinalLoss",
-        "differank.losses.pointwise.SigmoidBCELoss",
-        "differank.losses.ranknet.RankNetLoss",
-        "differank.losses.softmax.Poly1SoftmaxLoss",
-        "differank.losses.softmax.SoftmaxLoss",
+        # every loss class in losses/*.py: a new loss file is allowed without editing this list
+        *(f"{cls.__module__}.{cls.__qualname__}" for cls in loss_classes()),
         "differank.rankers.scorers.conerank.ConeRank",
         "differank.rankers.scorers.linear.LinearRanker",
         "differank.rankers.scorers.mlp.MLPRanker",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import types
 from functools import partial
 
 import pytest
@@ -16,6 +17,7 @@ from omegaconf import OmegaConf
 
 import differank.losses
 import differank.losses.inputs as inputs_module
+import differank.losses.module_form as module_form
 import differank.losses.ranknet as ranknet_module
 from differank.losses import (
     cone_loss,
@@ -195,3 +197,36 @@ def test_ranknet_refuses_a_pair_batch_over_its_memory_budget(monkeypatch):
     ):
         ranknet_loss(scores, labels)
     assert ranknet_loss(scores[:, :200], labels[:, :200]).isfinite()  # 200² × 21 B < 1 MiB
+
+
+_FUNCTION_PARTS = ("__globals__", "__name__", "__defaults__", "__doc__", "__annotations__")
+
+
+class _CodeWithoutQualname:
+    """A code object as Python 3.10 has it: ``replace`` takes no ``co_qualname``."""
+
+    def __init__(self, code):
+        self.code = code
+
+    def replace(self, **changes):
+        assert "co_qualname" not in changes, "Python 3.10's code.replace() has no co_qualname"
+        return self.code.replace(**changes)
+
+
+@pytest.mark.parametrize("python_310", [False, True])
+def test_each_loss_module_gets_its_own_forward_code(python_310):
+    """torch.compile counts recompilations per code object: every LossModule subclass gets a
+    forward of its own, named after it, on Python 3.10 (no co_qualname) as on 3.11+."""
+    forward = module_form.LossModule.forward
+    method = forward
+    if python_310:
+        method = types.SimpleNamespace(
+            __code__=_CodeWithoutQualname(forward.__code__),
+            **{name: getattr(forward, name) for name in _FUNCTION_PARTS},
+        )
+    copy = module_form._own_copy(method, differank.losses.ListNetLoss)
+    assert copy.__code__ is not forward.__code__
+    assert copy.__qualname__ == "ListNetLoss.forward"
+    scores, labels = torch.tensor([[0.0, 1.0]]), torch.tensor([[1.0, 0.0]])
+    module = differank.losses.ListNetLoss(reduction="sum")
+    assert torch.equal(copy(module, scores, labels), module(scores, labels))

@@ -8,6 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+import differank.losses
+from differank.losses.module_form import loss_classes
 from tests.loss_registry import CASES, CHECKS, LossCase
 
 REDUCTIONS = ("none", "mean", "sum")
@@ -24,6 +26,22 @@ def cases(check: str) -> list:
             marks.append(pytest.mark.slow)
         params.append(pytest.param(case, id=case.name, marks=marks))
     return params
+
+
+def test_every_loss_is_in_the_registry():
+    """Every loss class in ``losses/`` (what a checkpoint may name) and every loss function
+    ``differank.losses`` exports has a registry entry, so none escapes the contract suite."""
+    modules = {case.module for case in CASES.values()}
+    functions = {case.function for case in CASES.values()}
+    missing = [
+        f"{cls.__module__}.{cls.__qualname__}" for cls in loss_classes() if cls not in modules
+    ]
+    missing += [
+        f"differank.losses.{name}"
+        for name in differank.losses.__all__
+        if name.endswith("_loss") and getattr(differank.losses, name) not in functions
+    ]
+    assert not missing, f"add a LossCase with a float64 oracle to tests/loss_registry.py: {missing}"
 
 
 def real(mask: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -212,8 +230,8 @@ def test_empty_batch_or_lists_give_a_connected_zero(case, shape):
 
 @pytest.mark.parametrize("case", cases("unpadded"))
 def test_lists_without_padding_keep_the_rule(case):
-    """A mask that is all true lets the O(L) losses skip their masked fills: the oracle, the
-    invalid queries and the non-finite values still follow the rule on that path."""
+    """Lists without padding (a mask that is all true): the oracle, the invalid queries and
+    the non-finite values follow the rule there as on padded lists."""
     values, labels, mask = case.make_batch(seed=1)
     fill = torch.randn(values.shape, generator=torch.Generator().manual_seed(2), dtype=values.dtype)
     values = torch.where(real(mask, values), values, fill)  # distinct scores: no subgradient ties

@@ -20,7 +20,9 @@ def test_helpers():
     assert may_read_values(torch.zeros(1)) and not may_read_values(torch.zeros(1, device="meta"))
     labels = torch.tensor([[0.0, float("nan")], [1.0, 0.0]])
     mask = torch.tensor([[True, False], [True, True]])
-    assert torch.equal(finite_label_mask(labels, mask), mask)  # NaN only at padding
+    kept, valid = finite_label_mask(labels, mask)
+    assert torch.equal(kept, mask)  # NaN only at padding
+    assert valid.tolist() == [False, True]  # one real document; two distinct grades
 
 
 def test_hinge_more_label_levels_than_num_levels_is_an_error_on_cpu():
