@@ -385,15 +385,19 @@ static int get_array(PyObject *object, Py_buffer *view, const char *name, int nd
                      Py_ssize_t itemsize, const char *kinds, int writable)
 {
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(object, view, flags) < 0)
+    if (PyObject_GetBuffer(object, view, flags) < 0) {
+        PyErr_Clear(); /* e.g. numpy's "ndarray is not C-contiguous", which names no array */
+        PyErr_Format(PyExc_TypeError, "%s must be a %sC-contiguous array, got %R", name,
+                     writable ? "writable " : "", Py_TYPE(object));
         return -1;
+    }
     const char *format = view->format ? view->format : "B";
     if (strchr("@=<>!", format[0]) != NULL)
         format++;
     if (view->ndim != ndim || view->itemsize != itemsize || format[0] == '\0' ||
         format[1] != '\0' || strchr(kinds, format[0]) == NULL) {
         PyErr_Format(PyExc_TypeError,
-                     "scan: %s must be a C-contiguous %d-d array of %zd-byte items of kind '%s', "
+                     "%s must be a C-contiguous %d-d array of %zd-byte items of kind '%s', "
                      "got %d-d of format '%s'",
                      name, ndim, itemsize, kinds, view->ndim, view->format);
         PyBuffer_Release(view);
