@@ -229,12 +229,13 @@ static int64_t float_bits(double value)
     return bits;
 }
 
-#define FAIL(code, where)          \
-    do {                           \
-        out[R_ERROR] = (code);     \
-        out[R_ERROR_LINE] = line;  \
+/* Stop at the first bad token: its error code, line and byte offset. */
+#define FAIL(code, where)           \
+    do {                            \
+        out[R_ERROR] = (code);      \
+        out[R_ERROR_LINE] = line;   \
         out[R_ERROR_POS] = (where); \
-        return;                    \
+        return;                     \
     } while (0)
 
 /* Scan whole lines of buf into out (int64 [R_SIZE], zeroed by the caller). Line numbers are
@@ -391,15 +392,16 @@ static int get_array(PyObject *object, Py_buffer *view, const char *name, int nd
                      writable ? "writable " : "", Py_TYPE(object));
         return -1;
     }
-    const char *format = view->format ? view->format : "B";
-    if (strchr("@=<>!", format[0]) != NULL)
-        format++;
+    const char *written = view->format ? view->format : "B"; /* NULL means unsigned bytes */
+    const char *format = written;
+    if (format[0] != '\0' && strchr("@=<>!", format[0]) != NULL)
+        format++; /* a byte-order prefix */
     if (view->ndim != ndim || view->itemsize != itemsize || format[0] == '\0' ||
         format[1] != '\0' || strchr(kinds, format[0]) == NULL) {
         PyErr_Format(PyExc_TypeError,
                      "%s must be a C-contiguous %d-d array of %zd-byte items of kind '%s', "
                      "got %d-d of format '%s'",
-                     name, ndim, itemsize, kinds, view->ndim, view->format);
+                     name, ndim, itemsize, kinds, view->ndim, written);
         PyBuffer_Release(view);
         return -1;
     }
