@@ -11,7 +11,6 @@ Statistics are accumulated in float64; nothing holds a float64 copy of the matri
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 BLOCK_ROWS = 65536  # rows per block when copying and normalising features
@@ -30,36 +29,30 @@ def column_stats(features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, np.where(std > 0, std, 1.0)
 
 
-# The two kernels below are compiled loops over the float32 rows (no float64 copy of a block);
-# they add in the order numpy's block-wise ``nansum(block, axis=0)`` does (row after row within
-# a block, then the block's sum into the total), so the statistics are the same to the bit.
-@numba.njit(nogil=True, cache=True)
-def _add_column_sums(features, block_rows, center, square, total, count):
+def _add_column_sums(features, block_rows, center, square, total, count) -> None:
     """``total += Σ (x - center)`` (or its square) and ``count += Σ 1`` per column over the
-    non-NaN values, summed per block of ``block_rows`` rows."""
-    rows, cols = features.shape
-    block_total, block_count = np.zeros(cols), np.zeros(cols)
-    for start in range(0, rows, block_rows):
-        block_total[:] = 0.0
-        block_count[:] = 0.0
-        for i in range(start, min(start + block_rows, rows)):
-            for j in range(cols):
-                value = np.float64(features[i, j])
-                if not np.isnan(value):
-                    centred = value - center[j]
-                    block_total[j] += centred * centred if square else centred
-                    block_count[j] += 1.0
-        total += block_total
-        count += block_count
+    non-NaN values, summed per block of ``block_rows`` rows (numpy's ``nansum(block, axis=0)``
+    adds row after row within a block; each block's sum is then added to the total)."""
+    for start in range(0, len(features), block_rows):
+        block = features[start : start + block_rows].astype(np.float64)
+        missing = np.isnan(block)
+        block -= center
+        if square:
+            block *= block
+        np.copyto(block, 0.0, where=missing)  # what nansum adds for a NaN, without its copy
+        total += np.add.reduce(block, axis=0)
+        count += len(block) - np.count_nonzero(missing, axis=0)
 
 
-@numba.njit(nogil=True, cache=True)
-def apply_zscore(features, mean, std):
-    """``(x - mean) / std`` in place, computed in float64 and stored as float32."""
-    rows, cols = features.shape
-    for i in range(rows):
-        for j in range(cols):
-            features[i, j] = np.float32((np.float64(features[i, j]) - mean[j]) / std[j])
+def apply_zscore(features: np.ndarray, mean: np.ndarray, std: np.ndarray) -> None:
+    """``(x - mean) / std`` in place, computed in float64 one row block at a time and stored
+    as float32."""
+    for start in range(0, len(features), BLOCK_ROWS):
+        block = features[start : start + BLOCK_ROWS]
+        scaled = block.astype(np.float64)
+        scaled -= mean
+        scaled /= std
+        block[:] = scaled
 
 
 def query_minmax(features: np.ndarray, query_rows: list[np.ndarray]) -> None:

@@ -39,7 +39,7 @@ RULES = {
         {LOSSES, SCORERS, SOLVERS, METRICS, TRAINING},
     ),
     "rankers/run": (None, {LOSSES, SCORERS, SOLVERS, METRICS, TRAINING, RUN, DATA}),
-    "datamodules": ({"torch", "numpy", "numba", "scipy", "rich"} | LIGHTNING, {DATA}),
+    "datamodules": ({"torch", "numpy", "scipy", "rich"} | LIGHTNING, {DATA}),
 }
 
 
