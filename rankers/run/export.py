@@ -71,11 +71,34 @@ class Scorer(nn.Module):
         return int(self.mean.shape[0])
 
     def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        if not torch.jit.is_tracing():  # a trace records operations; the check is for callers
+            self.check_features(features)
         transformed = self.transform(features).to(self.mean.dtype)
         normalised = ((transformed - self.mean) / self.std).to(features.dtype)
         if self.uses_mask:
             return self.ranker(normalised, mask)
         return self.ranker(normalised)
+
+    def check_features(self, features) -> None:
+        """Say what the scorer expects when ``features`` is not a tensor of the ranker's dtype
+        shaped [queries, documents, F] (rather than fail inside the ranker)."""
+        expected = next(self.ranker.parameters(), self.mean).dtype
+        if not isinstance(features, torch.Tensor):
+            raise TypeError(
+                f"features must be a torch.Tensor [queries, documents, {self.n_features}] of "
+                f"{expected}, got a {type(features).__module__}.{type(features).__name__} "
+                "(torch.as_tensor(x, dtype=torch.float32) converts a NumPy array)"
+            )
+        if features.dtype != expected:
+            raise TypeError(
+                f"features must be {expected} (the ranker's dtype), got {features.dtype}: pass "
+                f"features.to({expected})"
+            )
+        if features.dim() != 3 or features.shape[-1] != self.n_features:
+            raise ValueError(
+                f"features must be [queries, documents, {self.n_features}] (the model reads "
+                f"{self.n_features} features), got {list(features.shape)}"
+            )
 
 
 def serving_record(datamodule) -> dict[str, Any]:
