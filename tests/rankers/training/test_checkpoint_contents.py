@@ -15,6 +15,7 @@ from hydra.utils import instantiate
 
 import differank
 from differank.datamodules import synthetic
+from differank.datamodules.download import data_home
 from differank.rankers.run.restore import resolved, restore_run
 from differank.rankers.training.checkpoints import (
     ALLOWED_TARGETS,
@@ -28,7 +29,7 @@ from differank.rankers.training.module import RankingModule
 from tests.conftest import ROOT, TINY_RUN
 from train import compose_run, train
 
-LINEAR = "differank.rankers.scorers.linear.LinearRanker"
+LETOR_DATA = "differank.datamodules.letor.LetorDataModule"
 MLP = "differank.rankers.scorers.mlp.MLPRanker"
 # Parameter names that speak of the machine: places, processes, batches, memory.
 MACHINE_WORDS = re.compile(
@@ -129,6 +130,18 @@ def test_no_machine_argument_survives_a_restore(clean):
         assert set(node) == {"_target_"}, node
 
 
+@pytest.mark.parametrize(
+    "saved_root, local", [("/elsewhere/MQ2008", "MQ2008"), ("/", None), ("/data/..", None)]
+)
+def test_a_letor_set_is_read_from_this_machines_data_folder(clean, saved_root, local):
+    """A LETOR checkpoint names its set by its folder's name only: the folder of that name
+    under this machine's data folder (data_dir), never the checkpoint's path."""
+    data = {"_target_": LETOR_DATA, "root": saved_root, "fold": 1}
+    restored = run_record(changed(clean, **{"differank.config.data": data}), "x.ckpt")
+    root = restored["config"]["data"].get("root")
+    assert root == (None if local is None else str(data_home() / local))
+
+
 @pytest.mark.parametrize("eval_batch_size", [-1, 0, "x"])
 def test_restored_workers_and_batch_sizes_are_the_defaults(clean, eval_batch_size):
     checkpoint = changed(
@@ -163,7 +176,9 @@ def test_task_test_never_writes_where_the_checkpoint_says(clean, tmp_path):
 
 @pytest.mark.parametrize("n_features", [3_000_000_000, 46.7, True, "46"])
 def test_a_serving_feature_count_is_checked_before_allocation(clean, tmp_path, n_features):
-    path = saved(changed(clean, **{"differank.serving.n_features": n_features}), tmp_path)
+    raw = {"normalization": "none", "mean": None, "std": None, "transform": None}
+    serving = {**clean["differank"]["serving"], **raw, "n_features": n_features}
+    path = saved(changed(clean, **{"differank.serving": serving}), tmp_path)
     with pytest.raises(ValueError, match=r"serving\['n_features'\]") as error:
         differank.load_ranker(path)
     assert str(path) in str(error.value) and repr(n_features) in str(error.value)
@@ -191,7 +206,10 @@ def test_model_widths_are_checked_against_the_weights_before_allocation(clean, t
 def test_a_model_whose_shapes_differ_from_its_weights_is_refused(clean, tmp_path):
     small = {"_target_": MLP, "_partial_": True, "hidden": [3]}
     path = saved(changed(clean, **{"differank.config.model.ranker": small}), tmp_path)
-    with pytest.raises(ValueError, match=r"ranker\.network\.0\.weight.*\[3, 46\]") as error:
+    with pytest.raises(
+        ValueError,
+        match=r"ranker\.linear\.weight: the record's model has none, the weights \[1, 46\]",
+    ) as error:
         differank.load_ranker(path)
     assert str(path) in str(error.value)
 
@@ -201,7 +219,9 @@ def test_synthetic_query_counts_have_a_ceiling(clean, tmp_path, monkeypatch):
     monkeypatch.setenv("DIFFERANK_CACHE", str(cache))
     checkpoint = changed(clean, **{"differank.config.data.n_train_queries": 10**8})
     path = saved(checkpoint, tmp_path)
-    with pytest.raises(ValueError, match=r"n_train_queries.*100000000.*at most"):
+    with pytest.raises(
+        ValueError, match=r"tampered.ckpt.*n_train_queries must be .*at most 100000.*got 100000000"
+    ):
         train(compose_run(["task=test", f"ckpt_path={path}"], tmp_path / "run"), tmp_path / "run")
     assert not (cache / "synthetic").exists() or not list((cache / "synthetic").iterdir())
 
