@@ -107,11 +107,12 @@ def restore_run(cfg: DictConfig, checkpoint: dict, path: str | Path) -> DictConf
 
 def _machine_arguments(composed: DictConfig | None, saved: Any) -> dict[str, Any]:
     """The values ``composed`` (this command's node of the group) gives the machine arguments
-    of the class the checkpoint's ``saved`` node names."""
-    names = MACHINE_ARGUMENTS.get(saved.get(TARGET)) if isinstance(saved, dict) else None
-    if composed is None or not names:
+    of the class the checkpoint's ``saved`` node names, when it names that class too (another
+    class may use a place otherwise: the synthetic data module writes into its ``root``)."""
+    target = saved.get(TARGET) if isinstance(saved, dict) else None
+    if composed is None or target not in MACHINE_ARGUMENTS or composed.get(TARGET) != target:
         return {}
-    return {name: composed[name] for name in names if name in composed}
+    return {name: composed[name] for name in MACHINE_ARGUMENTS[target] if name in composed}
 
 
 def build_run(cfg: DictConfig, checkpoint: dict[str, Any] | None = None):

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from hydra.utils import instantiate
+from omegaconf import open_dict
 
 import differank
 from differank.datamodules import synthetic
@@ -157,6 +158,16 @@ def test_restored_workers_and_batch_sizes_are_the_defaults(clean, eval_batch_siz
     assert (data.num_workers, data.eval_batch_size, data.batch_size) == (0, 128, 32)
     mine = compose_run(["task=test", "ckpt_path=x.ckpt", "data.num_workers=1"], ROOT)
     assert restore_run(mine, checkpoint, "x.ckpt").data.num_workers == 1  # the user's
+
+
+def test_machine_arguments_of_another_data_class_are_not_taken(clean):
+    """This command's data node names another class (an experiment's data=mq2008): its root
+    is not where the checkpoint's synthetic module may write its fold."""
+    cfg = compose_run(["task=test", "ckpt_path=x.ckpt"], ROOT)
+    with open_dict(cfg):
+        cfg.data = {"_target_": LETOR_DATA, "root": "/users/MQ2008", "num_workers": 3}
+    data = restore_run(cfg, clean, "x.ckpt").data
+    assert data.get("root") is None and "num_workers" not in data
 
 
 def test_task_test_never_writes_where_the_checkpoint_says(clean, tmp_path):
