@@ -27,8 +27,9 @@ Public API::
     MACHINE_ARGUMENTS, SIZE_ARGUMENTS     # what a restore drops / checks against the weights
     check_restorable(node, where)         # raises UnsafeCheckpointError, runs nothing
     build(node, where, **extra)           # check, then instantiate (``_partial_`` -> partial)
-    build_model(node, weights, path, **extra)  # sizes and shapes checked, then instantiated
+    build_model(node, weights, path, (name, F), **extra)  # sizes, shapes checked; then built
     run_record(checkpoint, path) -> dict  # checkpoint["differank"], checked, machine-free
+    without_machine_arguments(node), local_data_root(saved_root)  # what run_record applies
     serving_statistics(record, path)      # its serving record, checked
     rebuild_module(checkpoint, path)      # the trained Lightning module, weights loaded, eval
 """
