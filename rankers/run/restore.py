@@ -13,6 +13,7 @@ Public API::
 
     load_ranker(path) -> Scorer                  # raw features [B, L, F], mask [B, L] -> scores
     scorer_from_checkpoint(checkpoint, path) -> (Scorer, module)
+    restored_config(checkpoint, path) -> dict    # the run record's data/model/loss, for here
     restore_run(cfg, checkpoint, path) -> cfg    # data/model/loss of the checkpoint + overrides
     build_run(cfg, checkpoint=None) -> (datamodule, model)   # None: cfg is the user's own
     data_fingerprint(datamodule), check_same_data(saved, data, allow), check_data_root(data)
@@ -23,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 import numpy as np
@@ -32,8 +33,10 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from differank.rankers.run.export import Scorer, serving_scorer
+from differank.datamodules.download import data_home
+from differank.rankers.run.export import Scorer, check_serving_record, serving_scorer
 from differank.rankers.training.checkpoints import (
+    LETOR,
     MACHINE_ARGUMENTS,
     RESTORED,
     TARGET,
@@ -60,7 +63,27 @@ def scorer_from_checkpoint(checkpoint: dict[str, Any], path: str | Path):
     """``(scorer, module)``: the raw-feature scorer of ``checkpoint`` and its trained module."""
     module = rebuild_module(checkpoint, path)
     serving = serving_statistics(run_record(checkpoint, path), path)
+    check_serving_record(serving, path)
     return serving_scorer(module.ranker, serving).eval(), module
+
+
+def restored_config(checkpoint: dict[str, Any], path: str | Path) -> dict[str, Any]:
+    """The run record's config, checked and without machine arguments (``run_record``), a
+    LETOR data module's ``root`` replaced by :func:`local_data_root` of the saved one."""
+    config = run_record(checkpoint, path)["config"]
+    saved = checkpoint["differank"]["config"].get("data")
+    if isinstance(saved, dict) and saved.get(TARGET) == LETOR:
+        root = local_data_root(saved.get("root"))
+        config["data"] = {**config["data"], **({} if root is None else {"root": root})}
+    return config
+
+
+def local_data_root(saved_root: Any) -> str | None:
+    """Where a restored LETOR data module reads its set: the folder named as the saved root's
+    last component under this machine's data folder (``$LETOR_DIR``, else the project's, as
+    ``${data_dir:NAME}`` finds it), never the checkpoint's path; None when it names none."""
+    name = PurePath(saved_root).name if isinstance(saved_root, str) else ""
+    return None if name in ("", ".", "..") else str(data_home() / name)
 
 
 def resolved(cfg: DictConfig) -> dict[str, Any]:
@@ -85,7 +108,7 @@ def restore_run(cfg: DictConfig, checkpoint: dict, path: str | Path) -> DictConf
             path,
         )
         return cfg
-    config = run_record(checkpoint, path)["config"]  # checked before it joins cfg
+    config = restored_config(checkpoint, path)  # checked before it joins cfg
     chosen = OverridesParser.create().parse_overrides(list(HydraConfig.get().overrides.task))
     cfg = cfg.copy()
     with open_dict(cfg):

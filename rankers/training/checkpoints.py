@@ -12,8 +12,8 @@ truncated file is reported as such, never with advice to load it unsafely.
 
 A checkpoint describes a model, never the machine: the :data:`MACHINE_ARGUMENTS` of its classes
 (places, process counts, batch sizes) are dropped from the record at any depth, so the command
-line or the defaults set them; a LETOR data module's ``root`` becomes the folder of the same
-name under this machine's data folder (:func:`local_data_root`). The sizes that shape a model
+line or the defaults set them (``differank.rankers.run.restore``: a LETOR set is read by its
+folder's name from this machine's data folder). The sizes that shape a model
 (:data:`SIZE_ARGUMENTS` and the feature count) must not exceed the number of values its weights
 hold; the model is then built on the meta device and its shapes must equal the weights', all
 before anything is allocated (:func:`build_model`). Weights and serving statistics must be
@@ -29,8 +29,9 @@ Public API::
     build(node, where, **extra)           # check, then instantiate (``_partial_`` -> partial)
     build_model(node, weights, path, (name, F), **extra)  # sizes, shapes checked; then built
     run_record(checkpoint, path) -> dict  # checkpoint["differank"], checked, machine-free
-    without_machine_arguments(node), local_data_root(saved_root)  # what run_record applies
-    serving_statistics(record, path)      # its serving record, checked
+    without_machine_arguments(node)       # what run_record applies to data, model and loss
+    serving_statistics(record, path)      # its serving record, its feature count checked
+    check_weights(weights, path), check_finite(entry, tensor, path, why)
     rebuild_module(checkpoint, path)      # the trained Lightning module, weights loaded, eval
 """
 
@@ -42,14 +43,10 @@ import pickle
 import re
 import zipfile
 from collections.abc import Iterator
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Any
 
 import torch
-
-from differank.datamodules.download import data_home
-from differank.datamodules.letor import NORMALIZATIONS
-from differank.datamodules.transforms import GaussRank, SignedLog1p, check_gaussrank_tables
 
 _DATA = "differank.datamodules"
 _OPTIM = "torch.optim"
@@ -295,10 +292,12 @@ def check_weights(weights: Any, path: str | Path) -> None:
             kind = type(tensor).__name__
             raise ValueError(f"{path}: state_dict[{key!r}] is a {kind}, not a tensor")
         if tensor.is_floating_point():
-            _check_finite(f"state_dict[{key!r}]", tensor, path, "non-finite weights score NaN")
+            check_finite(f"state_dict[{key!r}]", tensor, path, "non-finite weights score NaN")
 
 
-def _check_finite(entry: str, tensor: torch.Tensor, path: str | Path, why: str) -> None:
+def check_finite(entry: str, tensor: torch.Tensor, path: str | Path, why: str) -> None:
+    """Raise ValueError naming ``path``, ``entry``, the index and value of ``tensor``'s first
+    NaN or infinite value, and ``why`` it matters."""
     bad = (~torch.isfinite(tensor)).nonzero()
     if len(bad):
         index = bad[0].tolist()
@@ -312,8 +311,7 @@ def run_record(checkpoint: dict[str, Any], path: str | Path) -> dict[str, Any]:
     """The run record ``train.py`` saved with ``checkpoint``, its data, model and loss configs
     checked by :func:`check_restorable` (the whole record is refused if any is tampered with,
     whichever of them a task needs) and stripped of their :data:`MACHINE_ARGUMENTS` at any
-    depth (a LETOR data module's ``root``: :func:`local_data_root`); a clear error when it has
-    none."""
+    depth; a clear error when it has none."""
     record = checkpoint.get("differank")
     if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
         raise ValueError(
@@ -324,10 +322,6 @@ def run_record(checkpoint: dict[str, Any], path: str | Path) -> dict[str, Any]:
     for group in RESTORED:
         check_restorable(config.get(group), group)
         config[group] = without_machine_arguments(config.get(group))
-    saved_data = record["config"].get("data")
-    if isinstance(saved_data, dict) and saved_data.get(TARGET) == LETOR:
-        root = local_data_root(saved_data.get("root"))
-        config["data"] = {**config["data"], **({} if root is None else {"root": root})}
     return {**record, "config": config}
 
 
@@ -341,18 +335,10 @@ def without_machine_arguments(node: Any) -> Any:
     return {k: without_machine_arguments(v) for k, v in node.items() if k not in machine}
 
 
-def local_data_root(saved_root: Any) -> str | None:
-    """Where a restored LETOR data module reads its set: the folder named as the saved root's
-    last component under this machine's data folder (``$LETOR_DIR``, else the project's:
-    ``${data_dir:NAME}``), read only; None when the saved root names no such folder."""
-    name = PurePath(saved_root).name if isinstance(saved_root, str) else ""
-    return None if name in ("", ".", "..") else str(data_home() / name)
-
-
 def serving_statistics(record: dict[str, Any], path: str | Path) -> dict[str, Any]:
     """What scoring raw features needs besides the weights (feature count, transform, z-score
-    statistics), checked: an int feature count, a known normalization, finite statistics of
-    that length with positive scales, a known transform with finite non-decreasing tables."""
+    statistics), its feature count checked (an int >= 1; the rest:
+    ``differank.rankers.run.export.check_serving_record``), or an error saying it is missing."""
     serving = record.get("serving")
     if not isinstance(serving, dict):
         raise ValueError(
@@ -361,45 +347,12 @@ def serving_statistics(record: dict[str, Any], path: str | Path) -> dict[str, An
             "statistics). Score it with the data it was trained on (task=test "
             "ckpt_path=... with that data's fold folder), or train it again"
         )
-
-    def refuse(entry: str, problem: str) -> ValueError:
-        return ValueError(f"{path}: serving[{entry!r}]{problem}; the file was altered: train again")
-
     n_features = serving.get("n_features")
     if isinstance(n_features, bool) or not isinstance(n_features, int) or n_features < 1:
-        raise refuse("n_features", f" is {n_features!r}, not a feature count (an int >= 1)")
-    normalization = serving.get("normalization")
-    if normalization not in NORMALIZATIONS:
-        raise refuse("normalization", f" is {normalization!r}, not one of {NORMALIZATIONS}")
-    if (serving.get("mean") is None) != (serving.get("std") is None):
-        raise refuse("mean", " and serving['std'] must both be tensors or both be None")
-    for name in ("mean", "std"):
-        value = serving.get(name)
-        if value is None:
-            continue
-        if not isinstance(value, torch.Tensor) or list(value.shape) != [n_features]:
-            shape = list(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-            raise refuse(name, f" is {shape}, not a tensor [{n_features}] (one per feature)")
-        _check_finite(f"serving[{name!r}]", value, path, "statistics must be finite")
-        if name == "std" and bool((value <= 0).any()):
-            index = int((value <= 0).nonzero()[0])
-            raise refuse(name, f"[{index}] is {float(value[index])!r}, not a positive scale")
-    transform = serving.get("transform")
-    if transform is None:
-        return serving
-    known = (SignedLog1p.name, GaussRank.name)
-    if not isinstance(transform, dict) or transform.get("name") not in known:
-        raise refuse("transform", f" is {transform!r}, not one of the transforms {known}")
-    if transform["name"] == GaussRank.name:
-        knots, values = transform.get("knots"), transform.get("values")
-        if not (isinstance(knots, torch.Tensor) and isinstance(values, torch.Tensor)):
-            raise refuse("transform", " has no knots and values tensors")
-        if knots.ndim != 2 or knots.shape[0] != n_features:
-            raise refuse("transform", f": knots are {list(knots.shape)}, not [{n_features}, K]")
-        try:
-            check_gaussrank_tables(knots, values)
-        except ValueError as error:
-            raise refuse("transform", f": {error}") from None
+        raise ValueError(
+            f"{path}: serving['n_features'] is {n_features!r}, not a feature count (an int "
+            ">= 1); the file was altered: train it again"
+        )
     return serving
 
 

@@ -17,7 +17,7 @@ from omegaconf import open_dict
 import differank
 from differank.datamodules import synthetic
 from differank.datamodules.download import data_home
-from differank.rankers.run.restore import resolved, restore_run
+from differank.rankers.run.restore import resolved, restore_run, restored_config
 from differank.rankers.training.checkpoints import (
     ALLOWED_TARGETS,
     MACHINE_ARGUMENTS,
@@ -138,8 +138,8 @@ def test_a_letor_set_is_read_from_this_machines_data_folder(clean, saved_root, l
     """A LETOR checkpoint names its set by its folder's name only: the folder of that name
     under this machine's data folder (data_dir), never the checkpoint's path."""
     data = {"_target_": LETOR_DATA, "root": saved_root, "fold": 1}
-    restored = run_record(changed(clean, **{"differank.config.data": data}), "x.ckpt")
-    root = restored["config"]["data"].get("root")
+    restored = restored_config(changed(clean, **{"differank.config.data": data}), "x.ckpt")
+    root = restored["data"].get("root")
     assert root == (None if local is None else str(data_home() / local))
 
 
