@@ -13,7 +13,9 @@ queries without any relevant document. Relevance is a planted nonlinear function
 document factors (linear terms, an interaction and a square) plus noise, so linear rankers
 learn much of it and nonlinear ones can learn more. ``Fold1/{train,vali,test}.txt`` are
 written to ``root`` (``None``: a cache subdirectory keyed by the generator parameters) and
-read by exactly the same code path as real data.
+read by exactly the same code path as real data. A split holds at most ``MAX_QUERIES`` queries
+(about 2.2 million documents, 0.8 GB of float64 features while they are generated): larger sizes
+are refused before anything is generated.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ N_FEATURES = 46
 _N_LATENT = 8
 _GENERATOR_VERSION = 1
 _SPLIT_FILES = ("train.txt", "vali.txt", "test.txt")
+MAX_QUERIES = 100_000  # per split; the ceiling a config (or a checkpoint's record) may ask for
 
 
 def _model(seed: int) -> np.ndarray:
@@ -110,8 +113,12 @@ class SyntheticLetorDataModule(LetorDataModule):
         for name, size in zip(
             ("n_train_queries", "n_val_queries", "n_test_queries"), sizes, strict=True
         ):
-            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-                raise ValueError(f"{name} must be a positive int, got {size!r}")
+            is_int = isinstance(size, int) and not isinstance(size, bool)
+            if not (is_int and 1 <= size <= MAX_QUERIES):
+                raise ValueError(
+                    f"{name} must be a positive int of at most {MAX_QUERIES} (the queries a "
+                    f"split may hold: datamodules.synthetic.MAX_QUERIES), got {size!r}"
+                )
         self.sizes = sizes
         self._written: Path | None = None
 
@@ -135,8 +142,12 @@ class SyntheticLetorDataModule(LetorDataModule):
                 # Build in a sibling temp dir and rename: concurrent runs never see half a fold.
                 target.parent.mkdir(parents=True, exist_ok=True)
                 tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{key}-"))
-                _write_fold(tmp, self.sizes, self.seed)
-                (tmp / "synthetic.json").write_text(params)
+                try:
+                    _write_fold(tmp, self.sizes, self.seed)
+                    (tmp / "synthetic.json").write_text(params)
+                except BaseException:  # out of memory, disk full, interrupted: no half fold left
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    raise
                 try:
                     os.replace(tmp, target)
                 except OSError:  # another process won the race; its files are identical

@@ -10,6 +10,7 @@ Public API::
     FittedTransform.arrays / .meta       # what the split cache stores to restore it
     FittedTransform.module()             # the same map as a torch module (export, ensembles)
     SignedLog1p(), GaussRank(knots, values)                 # the torch modules
+    check_gaussrank_tables(knots, values)   # finite, each row non-decreasing (else ValueError)
 
 ``log1p``: ``sign(x) · log1p(|x|)`` (DASALC, Qin et al., ICLR 2021), nothing to fit.
 
@@ -53,6 +54,22 @@ _BLOCK_ROWS = 65536  # rows per block when applying
 _FIT_COLUMNS = 8  # columns sorted at a time when fitting
 
 
+def check_gaussrank_tables(knots: torch.Tensor, values: torch.Tensor) -> None:
+    """Raise ValueError naming the first entry of GaussRank's tables [F, K] that is not finite
+    or smaller than the one before it in its row: a fit gives finite knots that increase (then
+    repeat the last) and values that increase with them; others give NaN or reordered scores."""
+    for name, table in (("knots", knots), ("values", values)):
+        problem = ~torch.isfinite(table)
+        if not bool(problem.any()):
+            problem = torch.nn.functional.pad(table.diff(dim=1) < 0, (1, 0))
+        if bool(problem.any()):
+            row, column = problem.nonzero()[0].tolist()
+            raise ValueError(
+                f"{name}[{row}, {column}] is {float(table[row, column])!r}: GaussRank tables "
+                "must be finite and increasing along each row (non-decreasing)"
+            )
+
+
 def check_transform(name: str) -> str:
     if name not in TRANSFORMS:
         raise ValueError(f"transform must be one of {TRANSFORMS}, got {name!r}")
@@ -90,6 +107,7 @@ class GaussRank(nn.Module):
                 f"knots and values must both be [F, K >= 2], got {tuple(knots.shape)} and "
                 f"{tuple(values.shape)}"
             )
+        check_gaussrank_tables(knots, values)
         # Padded (with repeats) to a power of two for a branchless binary search.
         width = 1 << (knots.shape[1] - 1).bit_length()
         extra = width - knots.shape[1]

@@ -226,7 +226,7 @@ def test_mq2008_fold1_test_from_the_checkpoint_alone_reproduces_the_run(tmp_path
     fit = ["data=mq2008", "data.fold=1", "loss=listnet", "trainer.max_epochs=2", "logger=csv"]
     expected = run(fit, tmp_path / "fit")
     best = tmp_path / "fit" / "checkpoints" / "best.ckpt"
-    monkeypatch.delenv("LETOR_DIR")  # the checkpoint knows where its data is
+    monkeypatch.delenv("LETOR_DIR")  # the checkpoint names its set; the default folder has it
     assert run(["task=test", f"ckpt_path={best}"], tmp_path / "test") == expected
     record = torch.load(best, weights_only=True)["differank"]
     assert record["config"]["data"]["root"] == str(MQ2008) and record["data"]["n_features"] == 46

@@ -46,14 +46,10 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from differank.rankers.run.export import Scorer
-from differank.rankers.run.restore import load_ranker
+from differank.rankers.run.restore import load_ranker, restored_config
 from differank.rankers.run.scoring import read_letor_files, score_split, write_predictions
 from differank.rankers.scorers.base import Ranker
-from differank.rankers.training.checkpoints import (
-    build,
-    load_checkpoint,
-    run_record,
-)
+from differank.rankers.training.checkpoints import build, load_checkpoint
 
 SCALE_WARNING = 10.0  # raw scores of members this many times apart in scale: warn
 
@@ -138,7 +134,7 @@ def load_member(path: str | Path) -> Scorer:
 def evaluation_data(path: str | Path, overrides: Sequence[str] = ()):
     """The data module of the checkpoint's run with raw features (no transform, no
     normalization), ``overrides`` (``data.KEY=VALUE``) applied; built by the guarded builder."""
-    config = run_record(load_checkpoint(path), path)["config"]  # checked
+    config = restored_config(load_checkpoint(path), path)  # checked, this machine's places
     data = OmegaConf.create({"data": config["data"]})
     OmegaConf.update(data, "data.normalization", "none")
     OmegaConf.update(data, "data.transform", "none", force_add=True)

@@ -26,7 +26,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from differank.datamodules.transforms import GaussRank, SignedLog1p
+from differank.datamodules.letor import NORMALIZATIONS
+from differank.datamodules.transforms import GaussRank, SignedLog1p, check_gaussrank_tables
+from differank.rankers.training.checkpoints import check_finite
 
 _QUERIES, _DOCUMENTS = torch.export.Dim("queries"), torch.export.Dim("documents")
 
@@ -71,11 +73,34 @@ class Scorer(nn.Module):
         return int(self.mean.shape[0])
 
     def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        if not torch.jit.is_tracing():  # a trace records operations; the check is for callers
+            self.check_features(features)
         transformed = self.transform(features).to(self.mean.dtype)
         normalised = ((transformed - self.mean) / self.std).to(features.dtype)
         if self.uses_mask:
             return self.ranker(normalised, mask)
         return self.ranker(normalised)
+
+    def check_features(self, features) -> None:
+        """Say what the scorer expects when ``features`` is not a tensor of the ranker's dtype
+        shaped [queries, documents, F] (rather than fail inside the ranker)."""
+        expected = next(self.ranker.parameters(), self.mean).dtype
+        if not isinstance(features, torch.Tensor):
+            raise TypeError(
+                f"features must be a torch.Tensor [queries, documents, {self.n_features}] of "
+                f"{expected}, got a {type(features).__module__}.{type(features).__name__} "
+                "(torch.as_tensor(x, dtype=torch.float32) converts a NumPy array)"
+            )
+        if features.dtype != expected:
+            raise TypeError(
+                f"features must be {expected} (the ranker's dtype), got {features.dtype}: pass "
+                f"features.to({expected})"
+            )
+        if features.dim() != 3 or features.shape[-1] != self.n_features:
+            raise ValueError(
+                f"features must be [queries, documents, {self.n_features}] (the model reads "
+                f"{self.n_features} features), got {list(features.shape)}"
+            )
 
 
 def serving_record(datamodule) -> dict[str, Any]:
@@ -96,6 +121,50 @@ def serving_record(datamodule) -> dict[str, Any]:
         if transform is None
         else {"name": transform.name, **{k: v.clone() for k, v in transform.state_dict().items()}},
     }
+
+
+def check_serving_record(serving: dict[str, Any], path: str | Path) -> None:
+    """Refuse a checkpoint's serving record (its feature count already checked) unless its
+    normalization is known, its mean and std finite with one value per feature and the std
+    positive, and its transform known with finite non-decreasing GaussRank tables; the error
+    names the file, the entry and the value."""
+
+    def refuse(entry: str, problem: str) -> ValueError:
+        return ValueError(f"{path}: serving[{entry!r}]{problem}; the file was altered: train again")
+
+    n_features = serving["n_features"]
+    normalization = serving.get("normalization")
+    if normalization not in NORMALIZATIONS:
+        raise refuse("normalization", f" is {normalization!r}, not one of {NORMALIZATIONS}")
+    if (serving.get("mean") is None) != (serving.get("std") is None):
+        raise refuse("mean", " and serving['std'] must both be tensors or both be None")
+    for name in ("mean", "std"):
+        value = serving.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, torch.Tensor) or list(value.shape) != [n_features]:
+            shape = list(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+            raise refuse(name, f" is {shape}, not a tensor [{n_features}] (one per feature)")
+        check_finite(f"serving[{name!r}]", value, path, "statistics must be finite")
+        if name == "std" and bool((value <= 0).any()):
+            index = int((value <= 0).nonzero()[0])
+            raise refuse(name, f"[{index}] is {float(value[index])!r}, not a positive scale")
+    transform = serving.get("transform")
+    if transform is None:
+        return
+    known = (SignedLog1p.name, GaussRank.name)
+    if not isinstance(transform, dict) or transform.get("name") not in known:
+        raise refuse("transform", f" is {transform!r}, not one of the transforms {known}")
+    if transform["name"] == GaussRank.name:
+        knots, values = transform.get("knots"), transform.get("values")
+        if not (isinstance(knots, torch.Tensor) and isinstance(values, torch.Tensor)):
+            raise refuse("transform", " has no knots and values tensors")
+        if knots.ndim != 2 or knots.shape[0] != n_features:
+            raise refuse("transform", f": knots are {list(knots.shape)}, not [{n_features}, K]")
+        try:
+            check_gaussrank_tables(knots, values)
+        except ValueError as error:
+            raise refuse("transform", f": {error}") from None
 
 
 def serving_scorer(ranker: nn.Module, serving) -> Scorer:

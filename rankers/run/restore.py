@@ -13,8 +13,9 @@ Public API::
 
     load_ranker(path) -> Scorer                  # raw features [B, L, F], mask [B, L] -> scores
     scorer_from_checkpoint(checkpoint, path) -> (Scorer, module)
+    restored_config(checkpoint, path) -> dict    # the run record's data/model/loss, for here
     restore_run(cfg, checkpoint, path) -> cfg    # data/model/loss of the checkpoint + overrides
-    build_run(cfg, trusted) -> (datamodule, model)
+    build_run(cfg, checkpoint=None) -> (datamodule, model)   # None: cfg is the user's own
     data_fingerprint(datamodule), check_same_data(saved, data, allow), check_data_root(data)
 """
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 import numpy as np
@@ -32,10 +33,16 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from differank.rankers.run.export import Scorer, serving_scorer
+from differank.datamodules.download import data_home
+from differank.rankers.run.export import Scorer, check_serving_record, serving_scorer
 from differank.rankers.training.checkpoints import (
+    LETOR,
+    MACHINE_ARGUMENTS,
     RESTORED,
+    TARGET,
+    UnsafeCheckpointError,
     build,
+    build_model,
     load_checkpoint,
     rebuild_module,
     run_record,
@@ -56,7 +63,27 @@ def scorer_from_checkpoint(checkpoint: dict[str, Any], path: str | Path):
     """``(scorer, module)``: the raw-feature scorer of ``checkpoint`` and its trained module."""
     module = rebuild_module(checkpoint, path)
     serving = serving_statistics(run_record(checkpoint, path), path)
+    check_serving_record(serving, path)
     return serving_scorer(module.ranker, serving).eval(), module
+
+
+def restored_config(checkpoint: dict[str, Any], path: str | Path) -> dict[str, Any]:
+    """The run record's config, checked and without machine arguments (``run_record``), a
+    LETOR data module's ``root`` replaced by :func:`local_data_root` of the saved one."""
+    config = run_record(checkpoint, path)["config"]
+    saved = checkpoint["differank"]["config"].get("data")
+    if isinstance(saved, dict) and saved.get(TARGET) == LETOR:
+        root = local_data_root(saved.get("root"))
+        config["data"] = {**config["data"], **({} if root is None else {"root": root})}
+    return config
+
+
+def local_data_root(saved_root: Any) -> str | None:
+    """Where a restored LETOR data module reads its set: the folder named as the saved root's
+    last component under this machine's data folder (``$LETOR_DIR``, else the project's, as
+    ``${data_dir:NAME}`` finds it), never the checkpoint's path; None when it names none."""
+    name = PurePath(saved_root).name if isinstance(saved_root, str) else ""
+    return None if name in ("", ".", "..") else str(data_home() / name)
 
 
 def resolved(cfg: DictConfig) -> dict[str, Any]:
@@ -70,7 +97,9 @@ def restore_run(cfg: DictConfig, checkpoint: dict, path: str | Path) -> DictConf
     """``cfg`` with data, model and loss of the run that saved ``checkpoint``, except what the
     command line sets: a group choice (``data=letor``) replaces the saved node, a key
     (``data.fold=2``) is set on it. The saved nodes are checked (allowlisted targets, no
-    interpolation) before they join ``cfg``."""
+    interpolation) before they join ``cfg``; their machine arguments (places, workers, batch
+    sizes: ``MACHINE_ARGUMENTS``) are never the checkpoint's but ``cfg``'s own, which are the
+    defaults or the command line's."""
     record = checkpoint.get("differank")
     if record is None:
         log.warning(
@@ -79,14 +108,14 @@ def restore_run(cfg: DictConfig, checkpoint: dict, path: str | Path) -> DictConf
             path,
         )
         return cfg
-    config = run_record(checkpoint, path)["config"]  # checked before it joins cfg
+    config = restored_config(checkpoint, path)  # checked before it joins cfg
     chosen = OverridesParser.create().parse_overrides(list(HydraConfig.get().overrides.task))
     cfg = cfg.copy()
     with open_dict(cfg):
         for group in RESTORED:
             if any(override.key_or_group == group for override in chosen):
                 continue
-            cfg[group] = config[group]
+            cfg[group] = {**_machine_arguments(cfg.get(group), config[group]), **config[group]}
             for override in chosen:
                 if not override.key_or_group.startswith(f"{group}."):
                     continue
@@ -99,20 +128,41 @@ def restore_run(cfg: DictConfig, checkpoint: dict, path: str | Path) -> DictConf
     return cfg
 
 
-def build_run(cfg: DictConfig, trusted: bool):
+def _machine_arguments(composed: DictConfig | None, saved: Any) -> dict[str, Any]:
+    """The values ``composed`` (this command's node of the group) gives the machine arguments
+    of the class the checkpoint's ``saved`` node names, when it names that class too (another
+    class may use a place otherwise: the synthetic data module writes into its ``root``)."""
+    target = saved.get(TARGET) if isinstance(saved, dict) else None
+    if composed is None or target not in MACHINE_ARGUMENTS or composed.get(TARGET) != target:
+        return {}
+    return {name: composed[name] for name in MACHINE_ARGUMENTS[target] if name in composed}
+
+
+def build_run(cfg: DictConfig, checkpoint: dict[str, Any] | None = None):
     """``(datamodule, model)`` of ``cfg``: Hydra instantiates a config the user composed
-    (``trusted``); one restored from a checkpoint is built only by the guarded builder."""
+    (``checkpoint`` None); one restored from ``checkpoint`` is built only by the guarded
+    builder: the data checked against the checkpoint's (:func:`check_same_data`), then the model
+    checked against its weights before it is built (weights not loaded)."""
     check_data_root(cfg.data)
     metrics = {"metric_convention": cfg.metrics.convention}  # the command line's, never restored
-    if trusted:
+    if checkpoint is None:
         datamodule = instantiate(cfg.data)
         loss = instantiate(cfg.loss)
         model = instantiate(cfg.model, loss=loss, n_features=datamodule.n_features, **metrics)
         return datamodule, model
     nodes = {group: OmegaConf.to_container(cfg[group], resolve=True) for group in RESTORED}
-    datamodule = build(nodes["data"], "data")
+    try:
+        datamodule = build(nodes["data"], "data")
+    except UnsafeCheckpointError:
+        raise
+    except ValueError as error:  # a value of the checkpoint's, or of the command line's
+        raise ValueError(f"{cfg.ckpt_path}: the restored data: {error}") from error
+    saved = checkpoint["differank"].get("data")
+    check_same_data(saved, data_fingerprint(datamodule), cfg.allow_data_mismatch)
     loss = build(nodes["loss"], "loss")
-    model = build(nodes["model"], "model", loss=loss, n_features=datamodule.n_features, **metrics)
+    features = ("the data's feature count", datamodule.n_features)
+    weights = checkpoint["state_dict"]
+    model = build_model(nodes["model"], weights, cfg.ckpt_path, features, loss=loss, **metrics)
     return datamodule, model
 
 

@@ -28,7 +28,6 @@ from differank.rankers.run.export import (
 )
 from differank.rankers.run.restore import (
     build_run,
-    check_same_data,
     data_fingerprint,
     resolved,
     restore_run,
@@ -99,7 +98,9 @@ def run_task(cfg: DictConfig, run_dir: Path) -> float:
 def fit(cfg: DictConfig, run_dir: Path) -> float:
     """Train (resuming from ``ckpt_path``), then test the best epoch and write the outputs."""
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
-    datamodule, model = build_run(cfg, trusted=True)
+    if cfg.ckpt_path and Path(cfg.ckpt_path).is_file():  # a damaged file is named, not read by
+        load_checkpoint(cfg.ckpt_path)  # Lightning (whose error would not name it)
+    datamodule, model = build_run(cfg)
     trainer = make_trainer(cfg)
     model.run_record = {
         "config": resolved(cfg),
@@ -129,9 +130,7 @@ def evaluate_restored(cfg: DictConfig, checkpoint: dict, run_dir: Path) -> None:
     record = checkpoint.get("differank")
     cfg = restore_run(cfg, checkpoint, cfg.ckpt_path)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
-    datamodule, model = build_run(cfg, trusted=record is None)
-    if record is not None:
-        check_same_data(record.get("data"), data_fingerprint(datamodule), cfg.allow_data_mismatch)
+    datamodule, model = build_run(cfg, checkpoint if record is not None else None)
     model.load_state_dict(checkpoint["state_dict"])
     if cfg.task == "export":  # a checkpoint without a serving record: statistics from the data
         export(serving_scorer(model.ranker, serving_record(datamodule)), run_dir)

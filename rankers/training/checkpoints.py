@@ -11,14 +11,28 @@ called; an error names the config node and the value. Files are read with
 ``torch.load(weights_only=True)`` only, and a corrupt or truncated file is reported as such,
 never with advice to load it unsafely.
 
+A checkpoint describes a model, never the machine: the :data:`MACHINE_ARGUMENTS` of its classes
+(places, process counts, batch sizes) are dropped from the record at any depth, so the command
+line or the defaults set them (``differank.rankers.run.restore``: a LETOR set is read by its
+folder's name from this machine's data folder). The sizes that shape a model
+(:data:`SIZE_ARGUMENTS` and the feature count) must not exceed the number of values its weights
+hold; the model is then built on the meta device and its shapes must equal the weights', all
+before anything is allocated (:func:`build_model`). Weights and serving statistics must be
+finite and well-formed. A refusal names the file, the entry and the value.
+
 Public API::
 
     ALLOWED_TARGETS                       # the classes a checkpoint may name
     UnsafeCheckpointError                 # a ValueError: a config node that is refused
     load_checkpoint(path) -> dict         # torch.load(weights_only=True) with clear errors
+    MACHINE_ARGUMENTS, SIZE_ARGUMENTS     # what a restore drops / checks against the weights
     check_restorable(node, where)         # raises UnsafeCheckpointError, runs nothing
     build(node, where, **extra)           # check, then instantiate (``_partial_`` -> partial)
-    run_record(checkpoint, path) -> dict  # checkpoint["differank"], checked
+    build_model(node, weights, path, (name, F), **extra)  # sizes, shapes checked; then built
+    run_record(checkpoint, path) -> dict  # checkpoint["differank"], checked, machine-free
+    without_machine_arguments(node)       # what run_record applies to data, model and loss
+    serving_statistics(record, path)      # its serving record, its feature count checked
+    check_weights(weights, path), check_finite(entry, tensor, path, why)
     rebuild_module(checkpoint, path)      # the trained Lightning module, weights loaded, eval
 """
 
@@ -27,7 +41,9 @@ from __future__ import annotations
 import functools
 import importlib
 import pickle
+import re
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,10 +75,28 @@ ALLOWED_TARGETS = frozenset(
         *(f"{_OPTIM}.lr_scheduler.{name}" for name in _SCHEDULERS),
     }
 )
-# Arguments a restored config never sets: where a class writes files (the synthetic data module
-# writes its fold into ``root``; its data depends only on its sizes and seed, so the run is
-# reproduced in the cache all the same). The command line may still set them.
-WRITE_LOCATIONS = {f"{_DATA}.synthetic.SyntheticLetorDataModule": ("root",)}
+# Arguments that describe the machine, never the model: where files are read or written, how
+# many processes run, how large a batch is. A restored record never sets them, at any depth; the
+# command line or the defaults do. tests/rankers/training/test_checkpoint_contents.py walks every
+# allowed class's signature for such names: a class with one fails there until it is listed here.
+_DATA_MACHINE = ("root", "cache_dir", "verify_cache_hash", "num_workers", "batches_on_device")
+_DATA_MACHINE += ("batch_size", "eval_batch_size")
+LETOR = f"{_DATA}.letor.LetorDataModule"
+MACHINE_ARGUMENTS = {
+    LETOR: _DATA_MACHINE,
+    f"{_DATA}.synthetic.SyntheticLetorDataModule": _DATA_MACHINE,
+}
+# Arguments that size a model's tensors (besides n_features): no int in them may exceed the
+# number of values the checkpoint's weights hold, checked before the model is built at all.
+_SCORERS = "differank.rankers.scorers"
+SIZE_ARGUMENTS = {
+    f"{_SCORERS}.mlp.MLPRanker": ("hidden",),
+    f"{_SCORERS}.conerank.ConeRank": ("n_basis", "encoder_hidden", "embed_dim", "transformer"),
+    f"{_SCORERS}.transformer.TransformerRanker": (
+        *("d_model", "num_layers", "num_heads", "dim_feedforward"),
+    ),
+}
+MAX_CONFIG_DEPTH = 32  # train.py's configs nest 4 deep: a deeper record is refused, not recursed
 TARGET, PARTIAL = "_target_", "_partial_"
 RESTORED = ("data", "model", "loss")  # the config groups a checkpoint's run is rebuilt from
 
@@ -84,21 +118,37 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     size = path.stat().st_size
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, zipfile.BadZipFile) as error:
+    except pickle.UnpicklingError as error:
+        foreign = re.search(r"Unsupported global: GLOBAL (\S+)", str(error))
+        if foreign is None:
+            raise _unreadable(path, size, error) from None
         raise CheckpointReadError(
-            f"{path} ({size} bytes) is not a readable checkpoint: the file is truncated or "
-            f"corrupt, or was not written by torch.save ({type(error).__name__}). Copy it again "
-            "from where it was trained; differank only ever loads checkpoints as data "
-            "(weights_only=True)"
+            f"{path} holds a {foreign.group(1)}, which a checkpoint may not hold: only tensors "
+            "and plain values (numbers, strings, lists, dicts) are read. Save plain Python "
+            "values (float(x), int(x), x.tolist()) in the checkpoint instead"
         ) from None
+    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile) as error:
+        raise _unreadable(path, size, error) from None
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise CheckpointReadError(f"{path} holds no Lightning checkpoint (no state_dict)")
     return checkpoint
 
 
-def check_restorable(node: Any, where: str) -> None:
-    """Raise :class:`UnsafeCheckpointError` unless ``node`` (a plain container) is a config
-    :func:`build` may instantiate: allowed targets, ``_partial_`` bools, plain values."""
+def _unreadable(path: Path, size: int, error: Exception) -> CheckpointReadError:
+    return CheckpointReadError(
+        f"{path} ({size} bytes) is not a readable checkpoint: the file is truncated or "
+        f"corrupt, or was not written by torch.save ({type(error).__name__}). Copy it again "
+        "from where it was trained; differank only ever loads checkpoints as data "
+        "(weights_only=True)"
+    )
+
+
+def check_restorable(node: Any, where: str, depth: int = 0) -> None:
+    """Raise :class:`UnsafeCheckpointError` unless ``node`` (a plain container, at most
+    :data:`MAX_CONFIG_DEPTH` deep) is a config :func:`build` may instantiate: allowed targets,
+    ``_partial_`` bools, plain values."""
+    if isinstance(node, (dict, list, tuple)) and depth >= MAX_CONFIG_DEPTH:
+        raise UnsafeCheckpointError(f"{where}: nested deeper than {MAX_CONFIG_DEPTH} levels")
     if isinstance(node, dict):
         for key in node:
             if not (isinstance(key, str) and key.isascii() and key.isidentifier()):
@@ -119,10 +169,10 @@ def check_restorable(node: Any, where: str) -> None:
                 )
         for key, value in node.items():
             if key not in (TARGET, PARTIAL):
-                check_restorable(value, f"{where}.{key}")
+                check_restorable(value, f"{where}.{key}", depth + 1)
     elif isinstance(node, (list, tuple)):
         for index, value in enumerate(node):
-            check_restorable(value, f"{where}[{index}]")
+            check_restorable(value, f"{where}[{index}]", depth + 1)
     elif isinstance(node, str):
         if "${" in node:
             raise UnsafeCheckpointError(
@@ -155,11 +205,102 @@ def _make(node: Any, extra: dict[str, Any]) -> Any:
     return target(**kwargs, **extra)
 
 
+def build_model(
+    node: dict[str, Any],
+    weights: dict[str, Any],
+    path: str | Path,
+    features: tuple[str, int],
+    **extra: Any,
+):
+    """``build(node, "model", n_features=F, **extra)`` for the state dict ``weights`` (not
+    loaded), ``features`` naming where F comes from and F: the weights must be finite
+    (:func:`check_weights`); F and every int in the node's :data:`SIZE_ARGUMENTS` at most the
+    number of values the weights hold; the module built on the meta device (which allocates
+    nothing) must have the weights' names and shapes. Only then is it built for real."""
+    check_weights(weights, path)
+    budget = sum(tensor.numel() for tensor in weights.values())
+    for where, value in [features, *_sizes(node, "model")]:
+        for size in _ints(value):
+            if size > budget:
+                raise ValueError(
+                    f"{path}: {where} holds {size!r}, more than the {budget} values the "
+                    "checkpoint's weights hold: its run record cannot describe these weights "
+                    "(the file was altered); nothing was allocated"
+                )
+    extra["n_features"] = features[1]
+    with torch.device("meta"):
+        planned = build(node, "model", **extra).state_dict()
+    shapes = {key: list(tensor.shape) for key, tensor in planned.items()}
+    held = {key: list(tensor.shape) for key, tensor in weights.items()}
+    differences = [
+        f"{key}: the record's model has {shapes.get(key, 'none')}, the weights "
+        f"{held.get(key, 'none')}"
+        for key in sorted(shapes.keys() | held.keys())
+        if shapes.get(key) != held.get(key)
+    ]
+    if differences:
+        raise ValueError(
+            f"{path}: the run record's model does not match its weights ("
+            + "; ".join(differences[:6])
+            + "): the file was altered or saved by another model; train it again"
+        )
+    return build(node, "model", **extra)
+
+
+def _sizes(node: Any, where: str) -> Iterator[tuple[str, Any]]:
+    """``(config path, value)`` of every :data:`SIZE_ARGUMENTS` entry in ``node``."""
+    if isinstance(node, dict):
+        sized = SIZE_ARGUMENTS.get(node.get(TARGET), ())
+        for key, value in node.items():
+            if key in sized:
+                yield f"{where}.{key}", value
+            elif key not in (TARGET, PARTIAL):
+                yield from _sizes(value, f"{where}.{key}")
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _sizes(value, f"{where}[{index}]")
+
+
+def _ints(value: Any) -> Iterator[int]:
+    """The ints (not bools) in ``value``: a size, or a list or dict of sizes."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        for item in value:
+            yield from _ints(item)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        yield value
+
+
+def check_weights(weights: Any, path: str | Path) -> None:
+    """Every entry of the state dict ``weights`` a tensor, every floating one finite."""
+    if not isinstance(weights, dict):
+        raise ValueError(f"{path}: state_dict is a {type(weights).__name__}, not tensors by name")
+    for key, tensor in weights.items():
+        if not isinstance(tensor, torch.Tensor):
+            kind = type(tensor).__name__
+            raise ValueError(f"{path}: state_dict[{key!r}] is a {kind}, not a tensor")
+        if tensor.is_floating_point():
+            check_finite(f"state_dict[{key!r}]", tensor, path, "non-finite weights score NaN")
+
+
+def check_finite(entry: str, tensor: torch.Tensor, path: str | Path, why: str) -> None:
+    """Raise ValueError naming ``path``, ``entry``, the index and value of ``tensor``'s first
+    NaN or infinite value, and ``why`` it matters."""
+    bad = (~torch.isfinite(tensor)).nonzero()
+    if len(bad):
+        index = bad[0].tolist()
+        raise ValueError(
+            f"{path}: {entry}{index} is {float(tensor[tuple(index)])!r} ({why}); the file was "
+            "altered or its run diverged: train it again"
+        )
+
+
 def run_record(checkpoint: dict[str, Any], path: str | Path) -> dict[str, Any]:
     """The run record ``train.py`` saved with ``checkpoint``, its data, model and loss configs
     checked by :func:`check_restorable` (the whole record is refused if any is tampered with,
-    whichever of them a task needs) and their :data:`WRITE_LOCATIONS` reset to None; a clear
-    error when it has none."""
+    whichever of them a task needs) and stripped of their :data:`MACHINE_ARGUMENTS` at any
+    depth; a clear error when it has none."""
     record = checkpoint.get("differank")
     if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
         raise ValueError(
@@ -169,15 +310,24 @@ def run_record(checkpoint: dict[str, Any], path: str | Path) -> dict[str, Any]:
     config = dict(record["config"])
     for group in RESTORED:
         check_restorable(config.get(group), group)
-        node = config.get(group)
-        if isinstance(node, dict) and node.get(TARGET) in WRITE_LOCATIONS:
-            config[group] = {**node, **dict.fromkeys(WRITE_LOCATIONS[node[TARGET]])}
+        config[group] = without_machine_arguments(config.get(group))
     return {**record, "config": config}
+
+
+def without_machine_arguments(node: Any) -> Any:
+    """``node`` without the :data:`MACHINE_ARGUMENTS` of any class it names, at any depth."""
+    if isinstance(node, list):
+        return [without_machine_arguments(value) for value in node]
+    if not isinstance(node, dict):
+        return node
+    machine = MACHINE_ARGUMENTS.get(node.get(TARGET), ())
+    return {k: without_machine_arguments(v) for k, v in node.items() if k not in machine}
 
 
 def serving_statistics(record: dict[str, Any], path: str | Path) -> dict[str, Any]:
     """What scoring raw features needs besides the weights (feature count, transform, z-score
-    statistics), or an error saying it is missing."""
+    statistics), its feature count checked (an int >= 1; the rest:
+    ``differank.rankers.run.export.check_serving_record``), or an error saying it is missing."""
     serving = record.get("serving")
     if not isinstance(serving, dict):
         raise ValueError(
@@ -186,19 +336,28 @@ def serving_statistics(record: dict[str, Any], path: str | Path) -> dict[str, An
             "statistics). Score it with the data it was trained on (task=test "
             "ckpt_path=... with that data's fold folder), or train it again"
         )
+    n_features = serving.get("n_features")
+    if isinstance(n_features, bool) or not isinstance(n_features, int) or n_features < 1:
+        raise ValueError(
+            f"{path}: serving['n_features'] is {n_features!r}, not a feature count (an int "
+            ">= 1); the file was altered: train it again"
+        )
     return serving
 
 
 def rebuild_module(checkpoint: dict[str, Any], path: str | Path):
     """The trained module of ``checkpoint`` (its model and loss rebuilt by :func:`build`, the
-    weights loaded), in eval mode, on the CPU."""
+    model checked against the weights by :func:`build_model`, the weights loaded), in eval
+    mode, on the CPU."""
     record = run_record(checkpoint, path)
-    n_features = int(serving_statistics(record, path)["n_features"])
+    n_features = serving_statistics(record, path)["n_features"]
     config = record["config"]
     for group in ("model", "loss"):
         if not isinstance(config.get(group), dict) or TARGET not in config[group]:
             raise ValueError(f"{path}: the run record has no {group} config to rebuild")
     loss = build(config["loss"], "loss")
-    module = build(config["model"], "model", loss=loss, n_features=n_features)
-    module.load_state_dict(checkpoint["state_dict"])
+    weights = checkpoint["state_dict"]
+    features = ("serving['n_features']", n_features)
+    module = build_model(config["model"], weights, path, features, loss=loss)
+    module.load_state_dict(weights)
     return module.eval()
