@@ -169,6 +169,20 @@ def test_task_predict_and_export_restore_the_run(uninterrupted, tmp_path, caplog
     assert "No unused functions" not in caplog.text  # the ONNX passes' INFO noise is filtered
 
 
+def test_predict_with_nan_weights_writes_nothing_and_names_the_row(uninterrupted, tmp_path):
+    checkpoint = torch.load(uninterrupted[0] / "checkpoints" / "best.ckpt", weights_only=True)
+    checkpoint["state_dict"] = {
+        key: torch.full_like(value, float("nan")) if value.is_floating_point() else value
+        for key, value in checkpoint["state_dict"].items()
+    }
+    broken = tmp_path / "nan.ckpt"
+    torch.save(checkpoint, broken)
+    run_dir = tmp_path / "predict"
+    with pytest.raises(ValueError, match=r"score of row 1 \(.*test\.txt:1\) is nan"):
+        train(compose_run(["task=predict", f"ckpt_path={broken}", "logger=csv"], run_dir), run_dir)
+    assert not (run_dir / "predictions").exists() and not (run_dir / "test_metrics.json").exists()
+
+
 def test_command_line_overrides_win_over_the_checkpoint(uninterrupted, tmp_path):
     run_dir, expected = uninterrupted
     best = run_dir / "checkpoints" / "best.ckpt"

@@ -37,6 +37,7 @@ from differank.rankers.metrics.letor import (
     letor_metrics,
     metric_keys,
 )
+from differank.rankers.run.atomic_files import write_file
 
 # Queries per letor_metrics call: bounds the padded [chunk, L] float64 work tensors.
 _CHUNK = 512
@@ -281,8 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(format_table(means, len(qids)))
         if args.json is not None:
             record = {**means, "conventions": convention_means(*rows, ks=ks)}
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(record, indent=2) + "\n")
+            write_file(args.json, json.dumps(record, indent=2) + "\n")  # whole or absent
     except (ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

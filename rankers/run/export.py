@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from differank.datamodules.transforms import GaussRank, SignedLog1p
+from differank.rankers.run.atomic_files import write_file
 
 _QUERIES, _DOCUMENTS = torch.export.Dim("queries"), torch.export.Dim("documents")
 
@@ -194,7 +195,14 @@ def write_trec_run(
     scores: torch.Tensor,
     tag: str = "differank",
 ) -> Path:
-    """Write ``qid Q0 docid rank score tag`` lines (trec_eval's run format), one per row.
+    """Write :func:`trec_run_text` to ``path`` (whole or not at all)."""
+    return write_file(path, trec_run_text(qids, docids, scores, tag))
+
+
+def trec_run_text(
+    qids: Sequence, docids: Sequence[str], scores: torch.Tensor, tag: str = "differank"
+) -> str:
+    """``qid Q0 docid rank score tag`` lines (trec_eval's run format), one per row.
 
     Rows are grouped by query in order of first appearance and ranked by decreasing score, ties
     in file order; scores are printed with ``%.17g``. A row whose doc id is empty or contains
@@ -220,31 +228,28 @@ def write_trec_run(
         lines.append(
             f"{qids[row]} Q0 {trec_docid(docids[row], row)} {rank} {values[row]:.17g} {tag}\n"
         )
-    return _write_lines(path, lines)
+    return "".join(lines)
 
 
 def write_trec_qrels(path: str | Path, qids: Sequence, docids: Sequence[str], labels) -> Path:
-    """Write ``qid 0 docid label`` lines (trec_eval's qrels format), one per row in file order,
-    doc ids spelled as in :func:`write_trec_run` so the two files pair up."""
+    """Write :func:`trec_qrels_text` to ``path`` (whole or not at all)."""
+    return write_file(path, trec_qrels_text(qids, docids, labels))
+
+
+def trec_qrels_text(qids: Sequence, docids: Sequence[str], labels) -> str:
+    """``qid 0 docid label`` lines (trec_eval's qrels format), one per row in file order, doc
+    ids spelled as in :func:`trec_run_text` so the two files pair up."""
     labels = [int(label) for label in torch.as_tensor(labels).tolist()]
     if not (len(qids) == len(docids) == len(labels)):
         raise ValueError(
             f"qids, docids and labels differ in length: {len(qids)}, {len(docids)}, {len(labels)}"
         )
-    lines = [
+    return "".join(
         f"{qid} 0 {trec_docid(docid, row)} {label}\n"
         for row, (qid, docid, label) in enumerate(zip(qids, docids, labels, strict=True))
-    ]
-    return _write_lines(path, lines)
+    )
 
 
 def trec_docid(docid: str, row: int) -> str:
     """A row's doc id as one TREC field: ``row<N>`` when it is empty or holds whitespace."""
     return docid if docid and len(docid.split()) == 1 else f"row{row}"
-
-
-def _write_lines(path: str | Path, lines: list[str]) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(lines))
-    return path

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -27,6 +26,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
+
+from differank.rankers.run.atomic_files import write_file
 
 FLAT = ("overrides", "seeds")  # the columns of over_seeds that are not (mean, std) pairs
 
@@ -53,9 +54,7 @@ class SweepSummary(Callback):
             "seconds": round(time.perf_counter() - self.started, 2),
         }
         path = Path(config.hydra.runtime.output_dir) / "job.json"
-        temporary = path.with_suffix(f".{os.getpid()}.tmp")  # DDP ranks may all write it
-        temporary.write_text(json.dumps(record, default=float) + "\n")
-        os.replace(temporary, path)
+        write_file(path, json.dumps(record, default=float) + "\n")  # DDP ranks may all write it
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
