@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import io
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -131,16 +132,16 @@ def _example(scorer: Scorer) -> tuple[torch.Tensor, ...]:
 
 
 def export_torchscript(scorer: Scorer, path: str | Path) -> Path:
-    """Trace ``scorer`` (in eval mode) to a TorchScript file loadable by ``torch.jit.load``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Trace ``scorer`` (in eval mode) to a TorchScript file loadable by ``torch.jit.load``
+    (written whole or not at all)."""
     scorer = scorer.eval()
+    archive = io.BytesIO()
     with warnings.catch_warnings(), torch.no_grad():
         # TorchScript is deprecated upstream but still what C++/serving stacks load; asked for.
         warnings.filterwarnings("ignore", message=".*torch.jit.*", category=DeprecationWarning)
         traced = torch.jit.trace(scorer, _example(scorer))
-        torch.jit.save(traced, str(path))
-    return path
+        torch.jit.save(traced, archive)
+    return write_file(path, archive.getvalue())
 
 
 def export_onnx(scorer: Scorer, path: str | Path, opset: int = 18) -> Path:
