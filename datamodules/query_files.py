@@ -295,11 +295,11 @@ def _damage(folder: Path) -> str | None:
 
 def _discard(folder: Path) -> None:
     """Remove damaged parts: renamed aside first (atomic), so no reader sees them half gone."""
-    aside = folder.with_name(f".{folder.name}-damaged-{os.getpid()}")
+    aside = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}-damaged-"))
     try:
-        os.replace(folder, aside)
+        os.replace(folder, aside)  # onto the empty folder just made: allowed on POSIX
     except FileNotFoundError:  # another process discarded them first
-        return
+        pass
     shutil.rmtree(aside, ignore_errors=True)
 
 
