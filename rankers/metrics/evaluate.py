@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from differank.datamodules.atomic_files import write_file
 from differank.datamodules.reader import NUMBER, group_queries, read_letor_file
 from differank.datamodules.regular_files import require_regular_file
 from differank.losses.options import keyword_options
@@ -37,7 +38,6 @@ from differank.rankers.metrics.letor import (
     letor_metrics,
     metric_keys,
 )
-from differank.rankers.run.atomic_files import write_file
 
 # Queries per letor_metrics call: bounds the padded [chunk, L] float64 work tensors.
 _CHUNK = 512

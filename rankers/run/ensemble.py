@@ -47,7 +47,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from differank.rankers.run.atomic_files import write_files
+from differank.datamodules.atomic_files import write_files
 from differank.rankers.run.export import Scorer
 from differank.rankers.run.restore import load_ranker
 from differank.rankers.run.scoring import (

@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from differank.datamodules.atomic_files import write_file
 from differank.datamodules.transforms import GaussRank, SignedLog1p
-from differank.rankers.run.atomic_files import write_file
 
 _QUERIES, _DOCUMENTS = torch.export.Dim("queries"), torch.export.Dim("documents")
 

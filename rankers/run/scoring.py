@@ -19,7 +19,7 @@ row, what ``Eval-Score-4.0.pl`` reads), ``predictions/test.sources`` (the files,
 metrics of the rows in memory: what ``python -m differank.rankers.metrics.evaluate`` gives).
 The files are whole or absent: everything is computed first (a NaN score is refused, naming its
 row's file and line), then the files are written together
-(:func:`~differank.rankers.run.atomic_files.write_files`).
+(:func:`~differank.datamodules.atomic_files.write_files`).
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ from rich.console import Console
 from rich.table import Table
 from torch import nn
 
+from differank.datamodules.atomic_files import write_files
 from differank.datamodules.letor import LetorSplit
 from differank.datamodules.reader import group_queries, read_letor_file
 from differank.datamodules.split_tensors import SplitTensors
 from differank.rankers.metrics.evaluate import convention_means, evaluate_arrays
-from differank.rankers.run.atomic_files import write_files
 from differank.rankers.run.export import trec_qrels_text, trec_run_text
 from differank.rankers.training.module import scores_in_row_order
 

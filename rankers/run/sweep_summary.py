@@ -27,7 +27,7 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
-from differank.rankers.run.atomic_files import write_file
+from differank.datamodules.atomic_files import write_file
 
 FLAT = ("overrides", "seeds")  # the columns of over_seeds that are not (mean, std) pairs
 

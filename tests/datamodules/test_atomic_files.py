@@ -1,11 +1,11 @@
-"""rankers/run/atomic_files.py: output files are whole or absent."""
+"""datamodules/atomic_files.py: output files are whole or absent."""
 
 import os
 import stat
 
 import pytest
 
-from differank.rankers.run.atomic_files import write_file, write_files
+from differank.datamodules.atomic_files import write_file, write_files
 
 
 def test_files_are_written_whole_with_the_umask_mode_and_no_temporary_left(tmp_path):

@@ -2,7 +2,8 @@
 folder, flushed to disk (``fsync``) and renamed over its final name (``os.replace``, atomic on
 POSIX), so neither a reader, a crash nor a failing run ever sees half a file. A set of files is
 renamed only once every one of them is written: a run's predictions and metrics appear together
-or not at all (short of a crash between the renames).
+or not at all (short of a crash between the renames). It lives in ``datamodules/``, the room
+that the metrics (the evaluator's ``--json``) and the run layer may both import.
 
 Public API::
 
