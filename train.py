@@ -23,6 +23,7 @@ Returns the best monitored validation value (``task=fit``, for sweepers), else N
 
 import json
 import logging
+import os
 import string
 import sys
 from pathlib import Path
@@ -31,10 +32,11 @@ import hydra
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import CompactHydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from differank.datamodules.download import data_home
-from differank.rankers.run.folders import claim_folder
+from differank.rankers.run.folders import claim_folder, remove_if_unused
 
 CONFIG_DIR = Path(__file__).resolve().parent / "conf"
 # ${data_dir:MQ2008}: $LETOR_DIR/MQ2008, else the project's default data folder (conf/data/)
@@ -102,10 +104,23 @@ def console_logging(quiet: bool) -> None:
                 handler.addFilter(hide_progress)
 
 
+class RunError(CompactHydraException):
+    """A run's bad input (a ``ValueError`` or ``OSError``: a missing file, a wrong option) as
+    Hydra prints a compact error: the message alone, no traceback (``HYDRA_FULL_ERROR=1``
+    gives the original exception with its traceback)."""
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float:
     console_logging(cfg.quiet)
-    return train(cfg, Path(HydraConfig.get().runtime.output_dir))
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        return train(cfg, run_dir)
+    except BaseException as error:
+        remove_if_unused(run_dir)  # the folder this run claimed, if it holds no output
+        if isinstance(error, (ValueError, OSError)) and os.environ.get("HYDRA_FULL_ERROR") != "1":
+            raise RunError(f"error: {error}") from error
+        raise
 
 
 def help_text(overrides: list[str]) -> str:

@@ -16,7 +16,9 @@ copied as text, with ``qid:<f·QID_STRIDE + i>`` (query i of the f-th data file 
 both 1-based) inserted after the label and ``# <data file>:<line>`` appended when the row has no
 comment, so values are not reformatted and every row names its source line. The parts live in
 ``<cache>/query_files/<key>/``, keyed by the sha256 of every source file, so a changed source
-builds new parts; the source folder is only read.
+builds new parts; the source folder is only read. ``source.json`` beside them records each
+part's row count and sha256: parts that no longer match it (cut, edited, missing) are never
+served but built again, with a warning.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -34,16 +37,19 @@ import numpy as np
 
 from differank.datamodules.reader import default_cache_dir
 
+log = logging.getLogger(__name__)
+
 N_PARTS = 5
 SPLIT_SEED = 0
 QID_STRIDE = 10**9  # qid = f * QID_STRIDE + i: fold-independent, and f is readable from it
 # Bump when the parts' content or layout changes for the same sources.
-_VERSION = 1
+_VERSION = 2  # 2: source.json records each part's rows and sha256
 # Names of data files (a ".gz" may follow): LightGBM's rank.train / rank.test, or x.txt.
 _DATA_SUFFIXES = (".train", ".test", ".vali", ".valid", ".txt")
 _DOCUMENTATION = re.compile(r"(readme|license|licence|copying)", re.IGNORECASE)
 _QID = re.compile(rb"qid:", re.IGNORECASE)
 _BLANKS = re.compile(rb"[ \t]+")
+_GROUP_SIZE = re.compile(rb"[0-9]+")  # ASCII digits only: str.isdigit() also takes '²' and '٣'
 
 
 def _is_data_name(name: str) -> bool:
@@ -95,18 +101,27 @@ def find_sources(root) -> list[tuple[Path, Path]]:
 
 def _group_sizes(path: Path) -> list[int]:
     sizes = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    for number, line in enumerate(path.read_bytes().splitlines(), start=1):
         text = line.strip()
         if not text:
             continue
-        if not text.isdigit() or int(text) < 1:
+        if not _GROUP_SIZE.fullmatch(text) or int(text) < 1:
             raise ValueError(
-                f"{path}:{number}: {text!r} is not a group size (one integer >= 1 per line)"
+                f"{path}:{number}: {_shown(text)} is not a group size (one integer >= 1 per "
+                "line, in ASCII digits 0-9)"
             )
         sizes.append(int(text))
     if not sizes:
         raise ValueError(f"{path}: no group size; write one integer >= 1 per line")
     return sizes
+
+
+def _shown(text: bytes) -> str:
+    """A line's bytes as an error shows them: the text, or the first byte that is not UTF-8."""
+    try:
+        return repr(text.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        return f"byte 0x{text[error.start]:02x} (not UTF-8 text) in {text[:40]!r}"
 
 
 def _sha256(path: Path) -> str:
@@ -115,6 +130,16 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def _rows_and_sha256(path: Path) -> tuple[int, str]:
+    """A part's row count (its lines: every row ends with a newline) and sha256."""
+    digest, rows = hashlib.sha256(), 0
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+            rows += block.count(b"\n")
+    return rows, digest.hexdigest()
 
 
 def _open(path: Path):
@@ -214,15 +239,26 @@ def letor_parts(root, *, cache_dir=None) -> Path:
     }
     key = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:32]
     target = Path(cache_dir or default_cache_dir()).expanduser() / "query_files" / key
-    if (target / "source.json").is_file():
-        return target
+    if target.exists():
+        damage = _damage(target)
+        if damage is None:
+            return target
+        log.warning("cached parts %s: %s; building the parts again from %s", target, damage, root)
+        _discard(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     # Built in a sibling temporary folder and renamed: no process ever sees half the parts.
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{key}-"))
     try:
         counts = _write_parts(sources, tmp)
         (tmp / "folds.tsv").write_text(folds_table())
-        record = {**manifest, "root": str(root.absolute()), **counts}
+        parts = [_rows_and_sha256(tmp / f"S{k + 1}.txt") for k in range(N_PARTS)]
+        record = {
+            **manifest,
+            "root": str(root.absolute()),
+            **counts,
+            "part_rows": [rows for rows, _ in parts],
+            "part_sha256": [digest for _, digest in parts],
+        }
         (tmp / "source.json").write_text(json.dumps(record, indent=1) + "\n")
         os.replace(tmp, target)
     except OSError:
@@ -232,6 +268,39 @@ def letor_parts(root, *, cache_dir=None) -> Path:
         if tmp.exists():  # a failed build, or another process renamed its equal parts first
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _damage(folder: Path) -> str | None:
+    """Why the cached parts in ``folder`` differ from what ``source.json`` records (None: they
+    are as built)."""
+    try:
+        record = json.loads((folder / "source.json").read_text())
+        expected = list(zip(record["part_rows"], record["part_sha256"], strict=True))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return f"source.json is missing or damaged ({type(error).__name__}: {error})"
+    if len(expected) != N_PARTS:
+        return f"source.json records {len(expected)} parts, not {N_PARTS}"
+    for k, (rows, digest) in enumerate(expected, start=1):
+        name = f"S{k}.txt"
+        try:
+            found_rows, found_digest = _rows_and_sha256(folder / name)
+        except OSError as error:
+            return f"{name} cannot be read ({error})"
+        if found_rows != rows:
+            return f"{name} holds {found_rows} rows, source.json {rows}"
+        if found_digest != digest:
+            return f"{name} does not have the sha256 in source.json"
+    return None
+
+
+def _discard(folder: Path) -> None:
+    """Remove damaged parts: renamed aside first (atomic), so no reader sees them half gone."""
+    aside = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}-damaged-"))
+    try:
+        os.replace(folder, aside)  # onto the empty folder just made: allowed on POSIX
+    except FileNotFoundError:  # another process discarded them first
+        pass
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 _LOCATION = re.compile(r"^(?P<path>.+?):(?P<line>\d+): (?P<rest>.*)$", re.DOTALL)

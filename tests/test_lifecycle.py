@@ -59,6 +59,17 @@ class EpochsTrained(pl.Callback):
         EpochsTrained.epochs.append(trainer.current_epoch)
 
 
+class PlantedBest(pl.Callback):
+    """Logs ``val/planted``: 1 at epoch ``best``, 0 at every other, so that ``monitor=val/planted``
+    makes that epoch the best whatever the model learns."""
+
+    def __init__(self, best: int = 1) -> None:
+        self.best = best
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        pl_module.log("val/planted", float(trainer.current_epoch == self.best))
+
+
 def run(overrides, run_dir) -> dict:
     """One in-process run of ``train.py``; its test metrics."""
     train(compose_run(overrides, run_dir), run_dir)
@@ -110,6 +121,32 @@ def test_resume_after_a_crash_ends_like_the_uninterrupted_run(uninterrupted, tmp
     assert EpochsTrained.epochs == [2, 3]  # resumed, not retrained from the same seed
     predictions = "predictions/test.txt"
     assert (tmp_path / predictions).read_bytes() == (run_dir / predictions).read_bytes()
+
+
+def test_last_ckpt_is_the_last_completed_epoch_resumed_or_not(tmp_path):
+    """Four epochs, the best at epoch 1: last.ckpt is epoch 3 (Lightning's save_last saves only
+    when the best improves, so it held epoch 1), and the same after a crash and a resume."""
+
+    def epoch(run_dir, name):
+        return torch.load(run_dir / "checkpoints" / name, weights_only=True)["epoch"]
+
+    planted = [
+        "+callbacks.planted._target_=tests.test_lifecycle.PlantedBest",
+        "monitor=val/planted",
+    ]
+    run([*TINY, *planted], tmp_path / "whole")
+    assert (epoch(tmp_path / "whole", "best.ckpt"), epoch(tmp_path / "whole", "last.ckpt")) == (
+        1,
+        3,
+    )
+
+    resumed = tmp_path / "resumed"
+    crash = ["+callbacks.crash._target_=tests.test_lifecycle.CrashAt", "+callbacks.crash.epoch=3"]
+    with pytest.raises(RuntimeError, match="crash"):
+        run([*TINY, *planted, *crash], resumed)
+    assert (epoch(resumed, "best.ckpt"), epoch(resumed, "last.ckpt")) == (1, 2)
+    run([*TINY, *planted, f"ckpt_path={resumed / 'checkpoints' / 'last.ckpt'}"], resumed)
+    assert (epoch(resumed, "best.ckpt"), epoch(resumed, "last.ckpt")) == (1, 3)
 
 
 def test_same_seed_same_metrics_and_scores(uninterrupted, tmp_path):
@@ -167,6 +204,20 @@ def test_task_predict_and_export_restore_the_run(uninterrupted, tmp_path, caplog
     train(compose_run(["task=export", *run_only], tmp_path / "e"), tmp_path / "e")
     assert (tmp_path / "e/export/scorer.pt").is_file()
     assert "No unused functions" not in caplog.text  # the ONNX passes' INFO noise is filtered
+
+
+def test_predict_with_nan_weights_writes_nothing_and_names_the_row(uninterrupted, tmp_path):
+    checkpoint = torch.load(uninterrupted[0] / "checkpoints" / "best.ckpt", weights_only=True)
+    checkpoint["state_dict"] = {
+        key: torch.full_like(value, float("nan")) if value.is_floating_point() else value
+        for key, value in checkpoint["state_dict"].items()
+    }
+    broken = tmp_path / "nan.ckpt"
+    torch.save(checkpoint, broken)
+    run_dir = tmp_path / "predict"
+    with pytest.raises(ValueError, match=r"score of row 1 \(.*test\.txt:1\) is nan"):
+        train(compose_run(["task=predict", f"ckpt_path={broken}", "logger=csv"], run_dir), run_dir)
+    assert not (run_dir / "predictions").exists() and not (run_dir / "test_metrics.json").exists()
 
 
 def test_command_line_overrides_win_over_the_checkpoint(uninterrupted, tmp_path):

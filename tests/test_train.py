@@ -6,6 +6,7 @@ in ``train.log``, without known third-party noise; ``--help`` explains the CLI."
 
 import json
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -220,6 +221,30 @@ def test_dash_dash_help_prints_the_help():
     assert result.returncode == 0
     for text in HELP_TOPICS:
         assert text in result.stdout, text
+
+
+@pytest.mark.parametrize("full_error", [False, True], ids=["message", "HYDRA_FULL_ERROR=1"])
+def test_a_cli_error_is_one_message_and_the_failed_run_leaves_no_folder(tmp_path, full_error):
+    """A missing LETOR root: the message alone, no traceback (unless HYDRA_FULL_ERROR=1), and
+    the run folder the run claimed under outputs/ (there was none) is gone."""
+    missing = tmp_path / "no-such-letor"
+    environment = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    if full_error:
+        environment["HYDRA_FULL_ERROR"] = "1"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "data=letor", f"data.root={missing}"],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1
+    assert f"data.root {missing} does not exist" in result.stderr
+    assert ("Traceback" in result.stderr) == full_error, result.stderr[-3000:]
+    if not full_error:
+        assert f"error: data.root {missing} does not exist" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no outputs/DATE/TIME left
 
 
 @requires_mq2008

@@ -27,7 +27,9 @@ from typing import Any
 
 import torch
 
+from differank.datamodules.atomic_files import write_file
 from differank.datamodules.reader import NUMBER, group_queries, read_letor_file
+from differank.datamodules.regular_files import require_regular_file
 from differank.losses.options import keyword_options
 from differank.rankers.metrics.letor import (
     CONVENTIONS,
@@ -68,8 +70,9 @@ _SCORE_LINE = re.compile(rb"[ \t]*(?:" + NUMBER.pattern.encode() + rb")[ \t]*")
 def read_scores(prediction_file: str | Path) -> list[float]:
     """One score per line (blanks around it and trailing blank lines are allowed), written in
     the reader's number syntax (:data:`differank.datamodules.reader.NUMBER`: ``3_0``, ``0x1p3``
-    or a non-ASCII byte are errors); NaN is an error. Every error names ``file:line``."""
-    path = Path(prediction_file)
+    or a non-ASCII byte are errors); NaN is an error. Every error names ``file:line``. A FIFO,
+    directory or device is refused before it is opened (reading a FIFO would block)."""
+    path = require_regular_file(prediction_file, "a scores file")
     data = path.read_bytes()
     lines = data.splitlines()  # \n, \r\n or \r, as the reader counts lines
     while lines and not lines[-1].strip():
@@ -279,8 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(format_table(means, len(qids)))
         if args.json is not None:
             record = {**means, "conventions": convention_means(*rows, ks=ks)}
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(record, indent=2) + "\n")
+            write_file(args.json, json.dumps(record, indent=2) + "\n")  # whole or absent
     except (ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -11,7 +11,8 @@ members read raw features and may have been trained with different ``data.transf
 LETOR files), else the test split of the first member's data (raw features; ``--data
 data.root=DIR`` and other ``data.*`` overrides change it), and writes what a run writes:
 ``DIR/predictions/test.{txt,sources,run,qrels}``, ``DIR/test_metrics.json``, plus
-``DIR/ensemble.json`` (members, weights, scores).
+``DIR/ensemble.json`` (members, weights, scores), all together or (on an error) none of them:
+weights must be finite, and a member whose scores are not finite is named.
 
 By default each member's scores are standardised within each query (zero mean, unit variance
 over the real documents) before the weighted mean (weights default to equal), so members whose
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import warnings
 from collections.abc import Sequence
@@ -45,9 +47,15 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from differank.datamodules.atomic_files import write_files
 from differank.rankers.run.export import Scorer
 from differank.rankers.run.restore import load_ranker, restored_config
-from differank.rankers.run.scoring import read_letor_files, score_split, write_predictions
+from differank.rankers.run.scoring import (
+    prediction_files,
+    read_letor_files,
+    row_source,
+    score_split,
+)
 from differank.rankers.scorers.base import Ranker
 from differank.rankers.training.checkpoints import build, load_checkpoint
 
@@ -61,7 +69,8 @@ class EnsembleRanker(Ranker):
         members: scorers ``[B, L, F] -> [B, L]``, e.g.
         :class:`~differank.rankers.run.export.Scorer`; one with
             ``uses_mask`` is given the mask.
-        weights: one per member, normalised to sum to 1 (None: equal).
+        weights: one per member, finite and non-negative, normalised to sum to 1 (None:
+            equal).
         standardize: standardise each member's scores per query over the real documents first
             (default); False averages raw scores.
 
@@ -84,10 +93,11 @@ class EnsembleRanker(Ranker):
         if len(widths) != 1:
             raise ValueError(f"the members read different feature counts: {sorted(widths)}")
         weights = [1.0] * len(members) if weights is None else [float(w) for w in weights]
-        if len(weights) != len(members) or min(weights) < 0 or sum(weights) <= 0:
+        usable = all(math.isfinite(w) and w >= 0 for w in weights) and sum(weights) > 0
+        if len(weights) != len(members) or not usable:  # NaN fails every comparison: test it
             raise ValueError(
-                f"weights must be {len(members)} non-negative numbers with a positive sum, "
-                f"got {weights}"
+                f"weights must be {len(members)} finite non-negative numbers with a positive "
+                f"sum, got {weights}"
             )
         self.members = nn.ModuleList(members)
         self.n_features = widths.pop()
@@ -142,15 +152,30 @@ def evaluation_data(path: str | Path, overrides: Sequence[str] = ()):
     return build(OmegaConf.to_container(data.data, resolve=True), "data")
 
 
-def member_scales(members: Sequence[nn.Module], split) -> list[float]:
-    """Each member's score scale on ``split``: the mean over queries (of two or more documents)
-    of the standard deviation of its scores."""
+def member_scores(paths: Sequence[str], members: Sequence[nn.Module], split) -> list[torch.Tensor]:
+    """Each member's scores of ``split`` (float64 [rows]); a member scoring a row NaN or
+    infinite is refused, named with the row's file and line."""
+    scores = []
+    for number, (path, member) in enumerate(zip(paths, members, strict=True), start=1):
+        values = score_split(member, split)
+        bad = ~torch.isfinite(values)
+        if bool(bad.any()):
+            row = int(bad.nonzero()[0])
+            raise ValueError(
+                f"member {number} ({path}) scores row {row + 1} ({row_source(split, row)}) as "
+                f"{values[row].item()}, not finite ({int(bad.sum())} of {len(values)} rows): "
+                "check its weights; nothing is written"
+            )
+        scores.append(values)
+    return scores
+
+
+def score_scale(scores: torch.Tensor, split) -> float:
+    """A member's score scale on ``split``: the mean over queries (of two or more documents)
+    of the standard deviation of its ``scores``."""
     queries = [rows for rows in split.query_rows if len(rows) > 1]
-    scales = []
-    for member in members:
-        scores = score_split(member, split).numpy()
-        scales.append(float(np.mean([scores[rows].std() for rows in queries])) if queries else 0.0)
-    return scales
+    values = scores.numpy()
+    return float(np.mean([values[rows].std() for rows in queries])) if queries else 0.0
 
 
 def check_scales(paths: Sequence[str], scales: Sequence[float], standardize: bool) -> None:
@@ -213,20 +238,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{datamodule.n_features}"
                 )
             split = datamodule.split_data("test")
-        scales = member_scales(members, split)
+        scales = [score_scale(s, split) for s in member_scores(args.checkpoints, members, split)]
         check_scales(args.checkpoints, scales, standardize)
         scores = score_split(ensemble, split)
-        values = write_predictions(args.out, scores, split, evaluate=True, ks=args.ks)
+        files, values = prediction_files(args.out, scores, split, evaluate=True, ks=args.ks)
+        record = {
+            "checkpoints": [str(Path(path).resolve()) for path in args.checkpoints],
+            "weights": list(ensemble.weights),
+            "scores": args.scores,
+            "member_scales": scales,
+        }
+        files[args.out / "ensemble.json"] = json.dumps(record, indent=2) + "\n"
+        write_files(files)
     except (ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    record = {
-        "checkpoints": [str(Path(path).resolve()) for path in args.checkpoints],
-        "weights": list(ensemble.weights),
-        "scores": args.scores,
-        "member_scales": scales,
-    }
-    (args.out / "ensemble.json").write_text(json.dumps(record, indent=2) + "\n")
     print(json.dumps(values, indent=2))
     return 0
 

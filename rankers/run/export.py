@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import io
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from differank.datamodules.atomic_files import write_file
 from differank.datamodules.letor import NORMALIZATIONS
 from differank.datamodules.transforms import GaussRank, SignedLog1p, check_gaussrank_tables
 from differank.rankers.training.checkpoints import check_finite
@@ -199,16 +201,16 @@ def _example(scorer: Scorer) -> tuple[torch.Tensor, ...]:
 
 
 def export_torchscript(scorer: Scorer, path: str | Path) -> Path:
-    """Trace ``scorer`` (in eval mode) to a TorchScript file loadable by ``torch.jit.load``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Trace ``scorer`` (in eval mode) to a TorchScript file loadable by ``torch.jit.load``
+    (written whole or not at all)."""
     scorer = scorer.eval()
+    archive = io.BytesIO()
     with warnings.catch_warnings(), torch.no_grad():
         # TorchScript is deprecated upstream but still what C++/serving stacks load; asked for.
         warnings.filterwarnings("ignore", message=".*torch.jit.*", category=DeprecationWarning)
         traced = torch.jit.trace(scorer, _example(scorer))
-        torch.jit.save(traced, str(path))
-    return path
+        torch.jit.save(traced, archive)
+    return write_file(path, archive.getvalue())
 
 
 def export_onnx(scorer: Scorer, path: str | Path, opset: int = 18) -> Path:
@@ -263,7 +265,14 @@ def write_trec_run(
     scores: torch.Tensor,
     tag: str = "differank",
 ) -> Path:
-    """Write ``qid Q0 docid rank score tag`` lines (trec_eval's run format), one per row.
+    """Write :func:`trec_run_text` to ``path`` (whole or not at all)."""
+    return write_file(path, trec_run_text(qids, docids, scores, tag))
+
+
+def trec_run_text(
+    qids: Sequence, docids: Sequence[str], scores: torch.Tensor, tag: str = "differank"
+) -> str:
+    """``qid Q0 docid rank score tag`` lines (trec_eval's run format), one per row.
 
     Rows are grouped by query in order of first appearance and ranked by decreasing score, ties
     in file order; scores are printed with ``%.17g``. A row whose doc id is empty or contains
@@ -289,31 +298,28 @@ def write_trec_run(
         lines.append(
             f"{qids[row]} Q0 {trec_docid(docids[row], row)} {rank} {values[row]:.17g} {tag}\n"
         )
-    return _write_lines(path, lines)
+    return "".join(lines)
 
 
 def write_trec_qrels(path: str | Path, qids: Sequence, docids: Sequence[str], labels) -> Path:
-    """Write ``qid 0 docid label`` lines (trec_eval's qrels format), one per row in file order,
-    doc ids spelled as in :func:`write_trec_run` so the two files pair up."""
+    """Write :func:`trec_qrels_text` to ``path`` (whole or not at all)."""
+    return write_file(path, trec_qrels_text(qids, docids, labels))
+
+
+def trec_qrels_text(qids: Sequence, docids: Sequence[str], labels) -> str:
+    """``qid 0 docid label`` lines (trec_eval's qrels format), one per row in file order, doc
+    ids spelled as in :func:`trec_run_text` so the two files pair up."""
     labels = [int(label) for label in torch.as_tensor(labels).tolist()]
     if not (len(qids) == len(docids) == len(labels)):
         raise ValueError(
             f"qids, docids and labels differ in length: {len(qids)}, {len(docids)}, {len(labels)}"
         )
-    lines = [
+    return "".join(
         f"{qid} 0 {trec_docid(docid, row)} {label}\n"
         for row, (qid, docid, label) in enumerate(zip(qids, docids, labels, strict=True))
-    ]
-    return _write_lines(path, lines)
+    )
 
 
 def trec_docid(docid: str, row: int) -> str:
     """A row's doc id as one TREC field: ``row<N>`` when it is empty or holds whitespace."""
     return docid if docid and len(docid.split()) == 1 else f"row{row}"
-
-
-def _write_lines(path: str | Path, lines: list[str]) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(lines))
-    return path

@@ -4,6 +4,8 @@ Public API::
 
     read_letor_files(paths, n_features, nan_policy="error", null_value=None) -> LetorSplit
     score_split(scorer, split, batch_size=128) -> float64 [rows]   # in source-file row order
+    row_source(split, row) -> "file:line"                           # where a row was read
+    prediction_files(out, scores, split, evaluate, ks, convention) -> ({path: text}, metrics)
     write_predictions(out, scores, split, evaluate, ks, convention) -> metrics | None
     metrics_table(values, convention) -> str
 
@@ -15,6 +17,9 @@ row, what ``Eval-Score-4.0.pl`` reads), ``predictions/test.sources`` (the files,
 ``predictions/test.run`` (a TREC run) and, when ``evaluate`` (the labels are judgements),
 ``predictions/test.qrels`` (TREC qrels of the same doc ids) and ``test_metrics.json`` (LETOR 4.0
 metrics of the rows in memory: what ``python -m differank.rankers.metrics.evaluate`` gives).
+The files are whole or absent: everything is computed first (a NaN score is refused, naming its
+row's file and line), then the files are written together
+(:func:`~differank.datamodules.atomic_files.write_files`).
 """
 
 from __future__ import annotations
@@ -30,11 +35,12 @@ from rich.console import Console
 from rich.table import Table
 from torch import nn
 
+from differank.datamodules.atomic_files import write_files
 from differank.datamodules.letor import LetorSplit
 from differank.datamodules.reader import group_queries, read_letor_file
 from differank.datamodules.split_tensors import SplitTensors
 from differank.rankers.metrics.evaluate import convention_means, evaluate_arrays
-from differank.rankers.run.export import write_trec_qrels, write_trec_run
+from differank.rankers.run.export import trec_qrels_text, trec_run_text
 from differank.rankers.training.module import scores_in_row_order
 
 
@@ -102,6 +108,53 @@ def score_split(scorer: nn.Module, split: LetorSplit, batch_size: int = 128) -> 
     return scores_in_row_order(rows, values, split.num_rows)
 
 
+def row_source(split: LetorSplit, row: int) -> str:
+    """``file:line`` of row ``row`` (0-based) of ``split``, whose rows are its sources' rows in
+    order."""
+    for source in split.sources:
+        if row < source.num_rows:
+            return f"{source.path}:{int(source.line_numbers[row])}"
+        row -= source.num_rows
+    raise IndexError(f"row {row} is beyond the rows of {split.files}")
+
+
+def prediction_files(
+    out: Path,
+    scores: torch.Tensor,
+    split: LetorSplit,
+    evaluate: bool,
+    ks: Sequence[int],
+    convention: str = "letor",
+) -> tuple[dict[Path, str], dict[str, float] | None]:
+    """The run's files about ``split`` (module docstring) by path, and its metrics when
+    ``evaluate``; nothing is written. NaN scores (e.g. of NaN weights) are refused."""
+    scores = torch.as_tensor(scores, dtype=torch.float64)
+    nan = torch.isnan(scores)
+    if bool(nan.any()):
+        row = int(nan.nonzero()[0])
+        raise ValueError(
+            f"the score of row {row + 1} ({row_source(split, row)}) is nan ({int(nan.sum())} of "
+            f"{len(scores)} scores are NaN): no prediction can rank it, so nothing is written. "
+            "Check the model's weights (are they finite?) and the features (data.nan_policy)"
+        )
+    predictions = Path(out) / "predictions"
+    qids, docids = split.qids.tolist(), split.docids.tolist()
+    files = {
+        predictions / "test.txt": "".join(f"{s:.17g}\n" for s in scores.tolist()),
+        predictions / "test.sources": "".join(f"{path}\n" for path in split.files),
+        predictions / "test.run": trec_run_text(qids, docids, scores),
+    }
+    if not evaluate:
+        return files, None
+    files[predictions / "test.qrels"] = trec_qrels_text(qids, docids, split.labels)
+    values = evaluate_arrays(scores, split.labels, split.qids, ks=ks, convention=convention)
+    # every convention side by side (docs/metrics.md#conventions); the top level is `convention`
+    conventions = convention_means(scores, split.labels, split.qids, ks=ks)
+    record = {**values, "conventions": conventions}
+    files[Path(out) / "test_metrics.json"] = json.dumps(record, indent=2) + "\n"
+    return files, values
+
+
 def write_predictions(
     out: Path,
     scores: torch.Tensor,
@@ -110,22 +163,10 @@ def write_predictions(
     ks: Sequence[int],
     convention: str = "letor",
 ) -> dict[str, float] | None:
-    """The run's files about ``split`` (module docstring); its metrics when ``evaluate``."""
-    predictions = Path(out) / "predictions"
-    predictions.mkdir(parents=True, exist_ok=True)
-    (predictions / "test.txt").write_text("".join(f"{s:.17g}\n" for s in scores.tolist()))
-    (predictions / "test.sources").write_text("".join(f"{path}\n" for path in split.files))
-    qids, docids = split.qids.tolist(), split.docids.tolist()
-    write_trec_run(predictions / "test.run", qids, docids, scores)
-    if not evaluate:
-        return None
-    write_trec_qrels(predictions / "test.qrels", qids, docids, split.labels)
-    values = evaluate_arrays(scores, split.labels, split.qids, ks=ks, convention=convention)
-    # every convention side by side (docs/metrics.md#conventions); the top level is `convention`
-    conventions = convention_means(scores, split.labels, split.qids, ks=ks)
-    record = {**values, "conventions": conventions}
-    (Path(out) / "test_metrics.json").write_text(json.dumps(record, indent=2) + "\n")
-    return values
+    """Write the :func:`prediction_files` together; return the metrics when ``evaluate``."""
+    files, metrics = prediction_files(out, scores, split, evaluate, ks, convention)
+    write_files(files)
+    return metrics
 
 
 def metrics_table(values: dict[str, float], convention: str = "letor") -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -28,6 +27,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
+
+from differank.datamodules.atomic_files import write_file
 
 # The overrides a setting is repeated over, and the column counting each one's values.
 REPEATS = {"data.fold": "folds", "seed": "seeds"}
@@ -56,9 +57,7 @@ class SweepSummary(Callback):
             "seconds": round(time.perf_counter() - self.started, 2),
         }
         path = Path(config.hydra.runtime.output_dir) / "job.json"
-        temporary = path.with_suffix(f".{os.getpid()}.tmp")  # DDP ranks may all write it
-        temporary.write_text(json.dumps(record, default=float) + "\n")
-        os.replace(temporary, path)
+        write_file(path, json.dumps(record, default=float) + "\n")  # DDP ranks may all write it
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)

@@ -163,8 +163,11 @@ class FiniteGuard(pl.Callback):
             if rates and rates[0] > 0
             else ""
         )
-        saver = trainer.checkpoint_callback
-        paths = {getattr(saver, "last_model_path", ""), getattr(saver, "best_model_path", "")}
+        paths = {  # best.ckpt and last.ckpt (conf/callbacks/last_checkpoint.yaml)
+            path
+            for saver in trainer.checkpoint_callbacks
+            for path in (saver.last_model_path, saver.best_model_path)
+        }
         kept = [path for path in paths if path and Path(path).is_file()]
         checkpoints = (
             f"the checkpoints saved so far are kept unchanged: {', '.join(sorted(kept))}"

@@ -4,6 +4,7 @@ errors with the source's file:line, and the evaluator reading the parts."""
 
 import gzip
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -131,6 +132,38 @@ def test_parts_are_reproducible_and_a_changed_source_builds_new_ones(source, tmp
     assert (folder / "rank.test.gz").read_bytes() == before["rank.test.gz"]
 
 
+def test_a_cached_part_cut_by_one_query_is_rebuilt_with_a_warning(source, tmp_path, caplog):
+    folder, _ = source
+    parts = query_files.letor_parts(folder, cache_dir=tmp_path)
+    whole = (parts / "S3.txt").read_bytes()
+    rows = whole.splitlines(keepends=True)
+    last_qid = rows[-1].split()[1]
+    kept = [row for row in rows if row.split()[1] != last_qid]  # the last query's rows cut
+    (parts / "S3.txt").write_bytes(b"".join(kept))
+    with caplog.at_level(logging.WARNING, logger="differank.datamodules.query_files"):
+        assert query_files.letor_parts(folder, cache_dir=tmp_path) == parts
+    assert (parts / "S3.txt").read_bytes() == whole  # built again from the sources
+    assert f"S3.txt holds {len(kept)} rows, source.json {len(rows)}" in caplog.text
+    assert "building the parts again" in caplog.text
+    caplog.clear()
+    (parts / "source.json").write_text("{")  # a damaged record: built again too
+    with caplog.at_level(logging.WARNING, logger="differank.datamodules.query_files"):
+        assert query_files.letor_parts(folder, cache_dir=tmp_path) == parts
+    assert "source.json" in caplog.text and (parts / "S3.txt").read_bytes() == whole
+    assert not [p for p in parts.parent.iterdir() if p.name.startswith(".")]  # no leftovers
+
+
+def test_a_cached_part_edited_in_place_is_rebuilt(source, tmp_path, caplog):
+    folder, _ = source
+    parts = query_files.letor_parts(folder, cache_dir=tmp_path)
+    whole = (parts / "S1.txt").read_bytes()
+    (parts / "S1.txt").write_bytes(whole.replace(b" 1:", b" 1:9", 1))  # same row count
+    with caplog.at_level(logging.WARNING, logger="differank.datamodules.query_files"):
+        query_files.letor_parts(folder, cache_dir=tmp_path)
+    assert "S1.txt does not have the sha256 in source.json" in caplog.text
+    assert (parts / "S1.txt").read_bytes() == whole
+
+
 def test_fewer_queries_than_parts_are_refused(tmp_path):
     write_source(tmp_path / "small", "tiny.train", seed=0, n_queries=4)
     with pytest.raises(ValueError, match="4 queries cannot fill 5 parts"):
@@ -179,6 +212,21 @@ def test_group_sizes_that_do_not_sum_to_the_rows_are_refused(source, tmp_path):
     with pytest.raises(ValueError, match=r"rank\.train\.query:2: 'four' is not a group size"):
         _ = datamodule(folder).n_features
     assert not list((Path(os.environ["DIFFERANK_CACHE"]) / "query_files").glob(".*"))
+
+
+@pytest.mark.parametrize(
+    "value, shown",
+    [("²".encode(), "'²'"), ("٣".encode(), "'٣'"), (b"\xff", "byte 0xff")],
+    ids=["superscript-two", "arabic-indic-three", "byte-0xff"],
+)
+def test_a_group_size_not_in_ascii_digits_names_file_line_and_value(source, value, shown):
+    folder, _ = source
+    (folder / "rank.train.query").write_bytes(b"4\n" + value + b"\n")
+    with pytest.raises(ValueError) as error:
+        _ = datamodule(folder).n_features
+    message = str(error.value)
+    assert message.startswith(f"{folder / 'rank.train.query'}:2: ") and shown in message
+    assert "ASCII digits" in message
 
 
 def test_a_row_with_a_qid_is_refused_with_its_line(source):

@@ -5,9 +5,11 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
 import re
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -185,6 +187,34 @@ def test_a_non_ascii_byte_names_file_line_and_column(tiny, cli):
         evaluate_files([tiny[0]], tiny[1])
     code, _, err = cli(*tiny)
     assert code == 2 and message in err
+
+
+def evaluate_within(seconds, *args):
+    """``main(args)`` in a thread: its exit code, or None when it is still running after
+    ``seconds`` (blocked, e.g. opening a FIFO that no process writes)."""
+    done = []
+    worker = threading.Thread(target=lambda: done.append(main([str(a) for a in args])))
+    worker.daemon = True
+    worker.start()
+    worker.join(seconds)
+    return done[0] if done else None
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_scores_file_that_is_not_a_regular_file_is_refused_without_blocking(
+    tiny, tmp_path, kind, capsys
+):
+    scores = tmp_path / f"scores.{kind}"
+    if kind == "fifo":
+        os.mkfifo(scores)
+    else:
+        scores.mkdir()
+    code = evaluate_within(20, tiny[0], scores)
+    if code is None and kind == "fifo":  # the blocked reader gets end-of-file and ends
+        os.close(os.open(scores, os.O_WRONLY | os.O_NONBLOCK))
+    assert code == 2, "the evaluator blocked or accepted it"
+    what = {"fifo": "a FIFO (named pipe)", "directory": "a directory"}[kind]
+    assert f"{scores} is {what}, not a regular file" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -47,6 +47,9 @@ def test_weighted_mean_padding_and_standardised_scores():
         EnsembleRanker([linear(1.0), linear(1.0, f=4)])
     with pytest.raises(ValueError, match="weights"):
         EnsembleRanker([linear(1.0)], weights=[1, 1])
+    for weights in ([1, float("nan")], [float("inf"), 1], [-1, 2]):
+        with pytest.raises(ValueError, match="finite non-negative numbers"):
+            EnsembleRanker([linear(1.0), linear(2.0)], weights=weights)
 
 
 def test_members_that_attend_over_the_list_get_the_mask_and_the_ensemble_exports(tmp_path):
@@ -128,3 +131,28 @@ def test_members_on_other_scales_are_standardised_by_default_and_raw_averaging_w
     with pytest.warns(DeprecationWarning, match="--standardize is the default"):
         assert main([second, loud, "--out", str(tmp_path / "old"), "--standardize"]) == 0
     assert torch.equal(predictions(tmp_path / "old"), standardised)
+
+
+@pytest.mark.parametrize("weights", [["1", "nan"], ["inf", "1"]])
+def test_the_cli_refuses_non_finite_weights_and_writes_nothing(runs, tmp_path, weights, capsys):
+    checkpoints = [str(run / "checkpoints" / "best.ckpt") for run in runs]
+    out = tmp_path / "e"
+    assert main([*checkpoints, "--out", str(out), "--weights", *weights]) == 2
+    assert "finite non-negative numbers" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_member_with_non_finite_scores_is_named_and_nothing_is_written(runs, tmp_path, capsys):
+    good = str(runs[0] / "checkpoints" / "best.ckpt")
+    checkpoint = torch.load(good, weights_only=True)
+    checkpoint["state_dict"] = {
+        key: torch.full_like(value, float("inf")) if key.startswith("ranker.") else value
+        for key, value in checkpoint["state_dict"].items()
+    }
+    broken = tmp_path / "inf.ckpt"
+    torch.save(checkpoint, broken)
+    out = tmp_path / "e"
+    assert main([good, str(broken), "--out", str(out)]) == 2
+    error = capsys.readouterr().err
+    assert f"member 2 ({broken}) scores row 1 (" in error and "not finite" in error
+    assert not out.exists()

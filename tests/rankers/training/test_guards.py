@@ -123,7 +123,7 @@ def fake_trainer(all_processes_finite=None):
         current_epoch=2,
         strategy=strategy,
         optimizers=[optimizer],
-        checkpoint_callback=None,
+        checkpoint_callbacks=[],
         sanity_checking=False,
         callback_metrics={},
     )

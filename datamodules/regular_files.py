@@ -1,0 +1,33 @@
+"""Paths that are not regular files, refused before they are opened: opening a FIFO for reading
+blocks until a process writes to it (forever, if none does), and a directory, a device or a
+socket holds no file's data.
+
+Public API::
+
+    require_regular_file(path, what) -> Path   # path, or an error saying what it is instead
+"""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def require_regular_file(path: str | Path, what: str) -> Path:
+    """``path`` when it is a regular file (symbolic links followed). A missing path raises
+    ``FileNotFoundError``; any other kind of file a ``ValueError`` naming the path, what it is
+    and ``what`` it should have been (e.g. ``"a scores file"``); it is never opened."""
+    path = Path(path)
+    mode = path.stat().st_mode  # stat never blocks, not even on a FIFO
+    if stat.S_ISREG(mode):
+        return path
+    kind = next((name for test, name in _KINDS if test(mode)), f"of file mode {mode:o}")
+    raise ValueError(f"{path} is {kind}, not a regular file: {what} must be a regular file")
