@@ -145,11 +145,13 @@ def test_the_cli_refuses_non_finite_weights_and_writes_nothing(runs, tmp_path, w
 def test_a_member_with_non_finite_scores_is_named_and_nothing_is_written(runs, tmp_path, capsys):
     good = str(runs[0] / "checkpoints" / "best.ckpt")
     checkpoint = torch.load(good, weights_only=True)
+    # Finite weights (a checkpoint with non-finite ones is refused when read) whose scores
+    # overflow float32: the member loads and scores, and its scores are not finite.
     checkpoint["state_dict"] = {
-        key: torch.full_like(value, float("inf")) if key.startswith("ranker.") else value
+        key: torch.full_like(value, 3e38) if key.startswith("ranker.") else value
         for key, value in checkpoint["state_dict"].items()
     }
-    broken = tmp_path / "inf.ckpt"
+    broken = tmp_path / "overflow.ckpt"
     torch.save(checkpoint, broken)
     out = tmp_path / "e"
     assert main([good, str(broken), "--out", str(out)]) == 2
