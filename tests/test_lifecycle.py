@@ -206,16 +206,27 @@ def test_task_predict_and_export_restore_the_run(uninterrupted, tmp_path, caplog
     assert "No unused functions" not in caplog.text  # the ONNX passes' INFO noise is filtered
 
 
-def test_predict_with_nan_weights_writes_nothing_and_names_the_row(uninterrupted, tmp_path):
+@pytest.mark.parametrize(
+    ("weight", "refusal"),
+    [
+        # Non-finite weights: the checkpoint is refused when read, naming the entry.
+        (float("nan"), r"state_dict\['ranker\.linear\.weight'\]\[0, 0\] is nan"),
+        # Finite weights whose scores overflow float32: the first bad row is named.
+        (3e38, r"score of row 1 \(.*test\.txt:1\) is (nan|-?inf)"),
+    ],
+)
+def test_predict_with_non_finite_scores_writes_nothing_and_names_why(
+    uninterrupted, tmp_path, weight, refusal
+):
     checkpoint = torch.load(uninterrupted[0] / "checkpoints" / "best.ckpt", weights_only=True)
     checkpoint["state_dict"] = {
-        key: torch.full_like(value, float("nan")) if value.is_floating_point() else value
+        key: torch.full_like(value, weight) if value.is_floating_point() else value
         for key, value in checkpoint["state_dict"].items()
     }
-    broken = tmp_path / "nan.ckpt"
+    broken = tmp_path / "broken.ckpt"
     torch.save(checkpoint, broken)
     run_dir = tmp_path / "predict"
-    with pytest.raises(ValueError, match=r"score of row 1 \(.*test\.txt:1\) is nan"):
+    with pytest.raises(ValueError, match=refusal):
         train(compose_run(["task=predict", f"ckpt_path={broken}", "logger=csv"], run_dir), run_dir)
     assert not (run_dir / "predictions").exists() and not (run_dir / "test_metrics.json").exists()
 
