@@ -26,6 +26,7 @@ import logging
 import os
 import string
 import sys
+import textwrap
 from pathlib import Path
 
 import hydra
@@ -41,8 +42,6 @@ from differank.rankers.run.folders import claim_folder, remove_if_unused
 CONFIG_DIR = Path(__file__).resolve().parent / "conf"
 # ${data_dir:MQ2008}: $LETOR_DIR/MQ2008, else the project's default data folder (conf/data/)
 OmegaConf.register_new_resolver("data_dir", lambda name: str(data_home() / name), replace=True)
-# ${unique_dir:outputs/DATE/TIME}: that folder, created, or TIME_1, ... when another run has it
-OmegaConf.register_new_resolver("unique_dir", claim_folder, use_cache=True, replace=True)
 # ${unique_dir:outputs/DATE/TIME}: that folder, created, or TIME_1, ... when another run has it
 OmegaConf.register_new_resolver("unique_dir", claim_folder, use_cache=True, replace=True)
 
@@ -123,14 +122,29 @@ def main(cfg: DictConfig) -> float:
         raise
 
 
+def config_groups() -> str:
+    """Every config group of ``conf/`` (a folder; Hydra's own ``hydra/`` excepted) and its options
+    (the folder's ``.yaml`` files), one ``group: a, b, c`` entry per group as Hydra lists them."""
+    entries = []
+    for folder in sorted(path for path in CONFIG_DIR.rglob("*") if path.is_dir()):
+        group = folder.relative_to(CONFIG_DIR).as_posix()
+        if group.split("/")[0] == "hydra":
+            continue
+        options = ", ".join(sorted(path.stem for path in folder.glob("*.yaml")))
+        entries.append(textwrap.fill(f"{group}: {options}", width=100, subsequent_indent="    "))
+    return "\n".join(entries)
+
+
 def help_text(overrides: list[str]) -> str:
     """What ``python train.py --help [OVERRIDES]`` prints: the help template of
-    ``conf/hydra/default.yaml`` with the composed config. Written here rather than by Hydra,
-    whose help first lists every option of every config group (a second of work per call) for
-    placeholders the template does not use."""
+    ``conf/hydra/default.yaml`` with the config groups read from ``conf/`` and the composed
+    config. Written here rather than by Hydra, whose help lists the groups through the config
+    loader (a second of work per call)."""
     cfg = compose_run(overrides, Path.cwd())
     job = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
-    return string.Template(cfg.hydra.help.template).safe_substitute(CONFIG=OmegaConf.to_yaml(job))
+    return string.Template(cfg.hydra.help.template).substitute(
+        APP_CONFIG_GROUPS=config_groups(), CONFIG=OmegaConf.to_yaml(job)
+    )
 
 
 if __name__ == "__main__":

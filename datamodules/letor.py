@@ -19,9 +19,9 @@ Public API::
       .num_rows(split), .split_data(split) -> LetorSplit
       .file_sha256(split)      sha256 of each source file, from the cache (no re-read)
 
-The files of a fold are :mod:`differank.datamodules.folds`' (``resolve_fold_files``; importable
-from here, deprecated, for one release, like ``MissingLetorFileError`` and
-``ShardedQueryBatchSampler``, now in :mod:`differank.datamodules.query_batches`). A split's rows
+The files of a fold are :mod:`differank.datamodules.folds`' (``resolve_fold_files``,
+``MissingLetorFileError``); batches are sampled by
+:mod:`differank.datamodules.query_batches`' ``ShardedQueryBatchSampler``. A split's rows
 are numbered 0.. in the concatenation of its files (``doc_index``). Rows of one qid form ONE
 query even when not contiguous, in file order; queries are ordered by first appearance.
 
@@ -71,7 +71,6 @@ import hashlib
 import json
 import logging
 import numbers
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -611,28 +610,6 @@ class LetorDataModule(pl.LightningDataModule):
         lists (no ``max_list``), on the host."""
         tensors = self.dataset(split).tensors
         return tensors.batch(np.arange(len(tensors.lengths)))
-
-
-_MOVED = {
-    "resolve_fold_files": folds,
-    "MissingLetorFileError": folds,
-    "SPLITS": folds,
-    "ShardedQueryBatchSampler": query_batches,
-}
-
-
-def __getattr__(name: str):
-    """Names that moved out of this module: importable from here for one release."""
-    if name in _MOVED:
-        home = _MOVED[name]
-        warnings.warn(
-            f"differank.datamodules.letor.{name} moved to {home.__name__}.{name}; the old "
-            "import stops working in the next release",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(home, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _group_queries(qids: np.ndarray, split: str) -> tuple[np.ndarray, list[np.ndarray]]:

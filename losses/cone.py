@@ -234,7 +234,8 @@ def _cone_loss_and_support(
     device_type = features.device.type
     no_autocast = (
         torch.autocast(device_type, enabled=False)
-        if torch.amp.is_autocast_available(device_type)
+        # torch < 2.12's dynamo cannot trace is_autocast_available: compiled means a real device
+        if torch.compiler.is_compiling() or torch.amp.is_autocast_available(device_type)
         else contextlib.nullcontext()  # e.g. the meta device, which has no autocast
     )
     with no_autocast:

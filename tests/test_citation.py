@@ -3,6 +3,7 @@
 import pytest
 import yaml
 
+import differank
 from tests.conftest import ROOT
 
 CFF_REQUIRED = ("cff-version", "message", "title", "authors")  # CFF 1.2.0's required keys
@@ -18,6 +19,11 @@ def test_citation_file_is_cff_with_the_required_keys():
     for reference in citation["references"]:
         assert {"type", "title", "authors"} <= set(reference), reference
         assert all(author.get("family-names") for author in reference["authors"]), reference
+
+
+def test_citation_cites_the_package_version():
+    citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert str(citation["version"]) == differank.__version__
 
 
 def test_citation_cites_each_objectives_source_as_its_page_does():

@@ -258,7 +258,8 @@ def test_each_callback_is_its_own_file_and_default_lists_them(train_config):
 
 
 def test_help_lists_the_groups_from_the_configs_and_names_only_real_options(tmp_path):
-    """``--help`` lists every group's options by Hydra's own ``$APP_CONFIG_GROUPS``; every
+    """``--help`` lists every group's options at ``$APP_CONFIG_GROUPS`` (train.py fills it from
+    ``conf/``; tests/test_train.py checks the printed output); every
     ``GROUP=OPTION`` it mentions exists and no removed group (``tuned``) is named."""
     from train import compose_run
 

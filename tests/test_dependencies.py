@@ -1,15 +1,19 @@
 """Dependency rules, one per room (no per-file exceptions): each package of ``differank`` may
 import the standard library, the third-party packages and the rooms of its rule, nothing else.
 The rules are stated in docs/architecture.md#dependency-rules.
-Packaging: ``differank`` is the one installed import name; train.py stays a script."""
+Packaging: ``differank`` is the one installed import name (``src/differank``, whose rooms link to
+the top-level folders); train.py stays a script; the tested floors are the declared ones."""
 
 import ast
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
@@ -23,6 +27,7 @@ RUN = "differank.rankers.run"
 DATA = "differank.datamodules"
 LIGHTNING = {"pytorch_lightning", "lightning", "lightning_fabric"}
 HYDRA = {"hydra", "omegaconf", "yaml"}
+ROOMS = ("losses", "rankers", "datamodules")  # the top-level folders installed as differank.*
 
 # room folder -> (the third-party packages it may import, the rooms it may import)
 RULES = {
@@ -86,7 +91,7 @@ def test_every_library_folder_has_a_rule():
     folders = {p.parent.relative_to(ROOT).as_posix() for p in library_files()}
     packaged = {
         p.parent.relative_to(ROOT).as_posix()
-        for top in ("losses", "rankers", "datamodules")
+        for top in ROOMS
         for p in (ROOT / top).rglob("__init__.py")
     }
     assert packaged - {"rankers"} <= set(RULES), sorted(packaged - set(RULES))
@@ -128,8 +133,8 @@ def test_import_losses_does_not_load_the_compiler():
 
 def test_differank_is_the_one_installed_import_name(tmp_path):
     """From a directory outside the project only ``differank`` imports: no top-level
-    ``losses``, ``rankers``, ``datamodules`` or ``train``; its packages are this checkout's
-    folders (``pip install -e .`` maps them with setuptools' ``package-dir``)."""
+    ``losses``, ``rankers``, ``datamodules``, ``train`` or ``tests``; its packages are this
+    checkout's folders, reached through ``src/differank``'s links."""
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
 
     def run(code):
@@ -137,7 +142,7 @@ def test_differank_is_the_one_installed_import_name(tmp_path):
             [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
         )
 
-    for name in ("losses", "rankers", "datamodules", "train"):
+    for name in ("losses", "rankers", "datamodules", "train", "tests"):
         failed = run(f"import {name}")
         assert f"No module named '{name}'" in failed.stderr, (name, failed.stderr)
     located = run(
@@ -145,15 +150,49 @@ def test_differank_is_the_one_installed_import_name(tmp_path):
         "names = ('differank.losses', 'differank.rankers', 'differank.datamodules')\n"
         "print(*(u.find_spec(name).origin for name in names))"
     )
-    assert located.stdout.split() == [
-        str(ROOT / name / "__init__.py") for name in ("losses", "rankers", "datamodules")
+    assert [Path(origin).resolve() for origin in located.stdout.split()] == [
+        ROOT / name / "__init__.py" for name in ROOMS
     ], located.stderr
 
 
-def test_every_package_folder_is_installed():
-    """pyproject.toml lists every folder with an ``__init__.py`` under the mapped folders."""
-    text = (ROOT / "pyproject.toml").read_text()
-    for top in ("losses", "rankers", "datamodules"):
-        for init in (ROOT / top).rglob("__init__.py"):
-            dotted = "differank." + init.parent.relative_to(ROOT).as_posix().replace("/", ".")
-            assert f'"{dotted}"' in text, f"{dotted} is missing from pyproject.toml's packages"
+def test_src_holds_only_differank_whose_rooms_link_to_the_top_level_folders():
+    """The editable install puts ``src/`` on sys.path, so it may hold nothing but ``differank``
+    (and the build's ``differank.egg-info``); the links are relative, so a clone anywhere works."""
+    installed = [path.name for path in (ROOT / "src").iterdir() if path.suffix != ".egg-info"]
+    assert installed == ["differank"]
+    for name in ROOMS:
+        link = ROOT / "src" / "differank" / name
+        assert link.is_symlink() and os.readlink(link) == f"../../{name}", link
+        assert link.resolve() == ROOT / name
+
+
+def test_the_editable_install_is_a_static_path_not_an_import_hook():
+    """mypy, pyright and IDEs read ``.pth`` files that name a folder, not import hooks: the
+    install's only path entry is ``src/``."""
+    site_packages = Path(sysconfig.get_paths()["purelib"])
+    pth = sorted(site_packages.glob("__editable__*differank*.pth"))
+    assert [path.read_text().strip() for path in pth] == [str(ROOT / "src")], pth
+    assert not sorted(site_packages.glob("__editable__*differank*finder*.py"))
+
+
+def test_the_floors_environment_installs_exactly_the_declared_minimums():
+    """constraints-floors.txt pins each dependency of pyproject.toml to its ``>=`` floor, and
+    .ci/run's floors environment uses the ``requires-python`` floor."""
+    tomllib = pytest.importorskip("tomllib", reason="the standard library's from Python 3.11")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {}
+    for text in project["dependencies"]:
+        requirement = Requirement(text)
+        floors = [spec.version for spec in requirement.specifier if spec.operator == ">="]
+        assert len(floors) == 1, f"pyproject.toml: {text} needs one >= floor"
+        declared[canonicalize_name(requirement.name)] = floors[0]
+    pinned = {}
+    for line in (ROOT / "constraints-floors.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            requirement = Requirement(line)
+            (spec,) = requirement.specifier
+            assert spec.operator == "==", f"constraints-floors.txt: {line} is not an == pin"
+            pinned[canonicalize_name(requirement.name)] = spec.version
+    assert pinned == declared
+    python_floor = project["requires-python"].removeprefix(">=")
+    assert f"FLOOR_PYTHON={python_floor}\n" in (ROOT / ".ci" / "run").read_text()

@@ -73,7 +73,7 @@ def test_the_readme_sample_shows_every_kind_of_line_differank_prints(console_lin
 
 def test_install_and_test_commands_are_the_ones_ci_runs():
     ci = (ROOT / ".ci" / "run").read_text()
-    for marker in ("# README: install", "# README: test"):
+    for marker in ("# README: user install", "# README: contributors install", "# README: test"):
         (command,) = [line.split("#")[0].strip() for line in ci.splitlines() if marker in line]
         assert re.search(rf"^{re.escape(command)}\s+#", README, flags=re.M), command
 

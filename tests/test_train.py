@@ -209,8 +209,17 @@ def test_the_entry_point_loads_no_torch_until_a_task_runs():
     assert result.stdout.strip() == "[]"
 
 
-@pytest.mark.slow
-def test_dash_dash_help_prints_the_help():
+def printed_config_groups(help_output: str) -> dict[str, set[str]]:
+    """The ``group: a, b, ...`` entries of ``--help``'s output (wrapped lines rejoined)."""
+    section = help_output.split("conf/GROUP/OPTION.yaml):\n", 1)[1].split("\n\n", 1)[0]
+    entries = re.sub(r"\n {4}", " ", section).splitlines()
+    return {
+        group: set(options.split(", "))
+        for group, options in (entry.split(": ", 1) for entry in entries)
+    }
+
+
+def test_dash_dash_help_prints_the_topics_and_every_group_with_its_options():
     result = subprocess.run(
         [sys.executable, "train.py", "--help"],
         cwd=ROOT,
@@ -218,9 +227,18 @@ def test_dash_dash_help_prints_the_help():
         text=True,
         timeout=120,
     )
-    assert result.returncode == 0
+    assert result.returncode == 0, result.stderr
     for text in HELP_TOPICS:
         assert text in result.stdout, text
+    assert "$APP_CONFIG_GROUPS" not in result.stdout and "$CONFIG" not in result.stdout
+    conf = ROOT / "conf"
+    expected = {
+        folder.relative_to(conf).as_posix(): {path.stem for path in folder.glob("*.yaml")}
+        for folder in conf.glob("**/")
+        if folder != conf and folder.relative_to(conf).parts[0] != "hydra"
+    }
+    assert {"model", "loss", "data", "model/scheduler"} <= set(expected)
+    assert printed_config_groups(result.stdout) == expected
 
 
 @pytest.mark.parametrize("full_error", [False, True], ids=["message", "HYDRA_FULL_ERROR=1"])

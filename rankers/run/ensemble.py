@@ -207,7 +207,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="standardized",
         help="standardized (default): per-query z-score of each member first; raw: as they are",
     )
-    parser.add_argument("--standardize", action="store_true", help="deprecated: the default")
     parser.add_argument("--files", nargs="+", default=None, help="LETOR files to score")
     parser.add_argument(
         "--data",
@@ -218,12 +217,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--ks", nargs="+", type=int, default=[1, 3, 5, 10])
     args = parser.parse_args(argv)
-    if args.standardize:
-        warnings.warn(
-            "--standardize is the default now and will be removed; drop it",
-            DeprecationWarning,
-            stacklevel=2,
-        )
     standardize = args.scores == "standardized"
     try:
         members = [load_member(path) for path in args.checkpoints]

@@ -4,17 +4,14 @@
 gradient steps; ``FullBatchModule`` trains with a full-batch solver (coordinate descent, cutting
 planes). Both share :class:`EvaluationModule`: LETOR-exact validation/test metrics and the test
 scores that ``train.py`` writes as a prediction file. The console callbacks (``RunConsole``,
-``ProgressBar``) moved to :mod:`differank.rankers.training.callbacks`; their old names here
-still work for one release, with a DeprecationWarning.
+``ProgressBar``) are in :mod:`differank.rankers.training.callbacks`.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import logging
 import math
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -390,19 +387,3 @@ class FullBatchModule(EvaluationModule):
         # The solver writes the weights itself. Lightning counts steps (and ModelCheckpoint saves
         # best.ckpt) only through an optimizer's step: this one has lr 0 and sees no gradients.
         return torch.optim.SGD(self.ranker.parameters(), lr=0.0)
-
-
-MOVED_TO_CALLBACKS = ("ProgressBar", "RunConsole")  # conf targets of differank <= 0.1
-
-
-def __getattr__(name: str) -> Any:
-    """``differank.rankers.training.module.RunConsole`` / ``ProgressBar``: the old names."""
-    if name in MOVED_TO_CALLBACKS:
-        warnings.warn(
-            f"differank.rankers.training.module.{name} moved to "
-            f"differank.rankers.training.callbacks.{name}; the old name goes in the next release",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(importlib.import_module("differank.rankers.training.callbacks"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

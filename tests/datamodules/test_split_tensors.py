@@ -269,14 +269,3 @@ def test_cuda_batches_are_built_without_a_device_sync():
         split.batch([0, 2, 4], max_list=3, generator=generator)
 
     run_without_sync(build)
-
-
-def test_moved_names_still_import_from_letor_with_a_warning():
-    from differank.datamodules import folds, letor, query_batches
-
-    with pytest.warns(DeprecationWarning, match="moved to differank.datamodules.folds"):
-        assert letor.resolve_fold_files is folds.resolve_fold_files
-    with pytest.warns(DeprecationWarning, match="query_batches"):
-        assert letor.ShardedQueryBatchSampler is query_batches.ShardedQueryBatchSampler
-    with pytest.raises(AttributeError):
-        _ = letor.not_a_name

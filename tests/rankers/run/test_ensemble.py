@@ -128,9 +128,6 @@ def test_members_on_other_scales_are_standardised_by_default_and_raw_averaging_w
     assert record["member_scales"][1] > 10 * record["member_scales"][0]
     standardised = predictions(tmp_path / "std")
     assert torch.corrcoef(torch.stack([standardised, predictions(runs[0])]))[0, 1] < 0.999
-    with pytest.warns(DeprecationWarning, match="--standardize is the default"):
-        assert main([second, loud, "--out", str(tmp_path / "old"), "--standardize"]) == 0
-    assert torch.equal(predictions(tmp_path / "old"), standardised)
 
 
 @pytest.mark.parametrize("weights", [["1", "nan"], ["inf", "1"]])

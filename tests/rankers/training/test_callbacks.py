@@ -1,11 +1,9 @@
 """The console pieces (differank.rankers.training.callbacks): the terminal's log handler is
-Rich's on a terminal and plain, unwrapped lines on a file or pipe; the callbacks' old import
-path still works, with a DeprecationWarning."""
+Rich's on a terminal and plain, unwrapped lines on a file or pipe."""
 
 import io
 import logging
 
-import pytest
 from rich.console import Console
 from rich.logging import RichHandler
 
@@ -38,14 +36,3 @@ def test_the_job_logging_config_builds_the_handler():
     path = ROOT / "conf" / "hydra" / "job_logging" / "differank.yaml"
     console = yaml.safe_load(path.read_text())["handlers"]["console"]
     assert console["()"] == "differank.rankers.training.callbacks.console_handler"
-
-
-@pytest.mark.parametrize("name", ["RunConsole", "ProgressBar"])
-def test_old_import_path_warns_and_gives_the_same_class(name):
-    from differank.rankers.training import module
-
-    with pytest.warns(DeprecationWarning, match=f"training.callbacks.{name}"):
-        old = getattr(module, name)
-    assert old is getattr(callbacks, name)
-    with pytest.raises(AttributeError):
-        module.NoSuchCallback  # noqa: B018

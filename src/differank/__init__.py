@@ -6,7 +6,7 @@ The installed packages are ``differank.losses`` (the objectives; torch only),
 ``differank.datamodules`` (reading and batching LETOR data).
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # also CITATION.cff's version (tests/test_citation.py)
 
 
 def load_ranker(path):
