@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 
-def write_files(contents: Mapping[str | Path, str | bytes]) -> None:
+def write_files(contents: Mapping[Path, str | bytes]) -> None:
     """Write every ``path: data`` of ``contents`` (text as UTF-8), creating missing folders. On
     an error no file is replaced and no temporary file is left."""
     written: list[tuple[Path, Path]] = []  # (temporary, final)
@@ -44,5 +44,5 @@ def write_files(contents: Mapping[str | Path, str | bytes]) -> None:
 
 def write_file(path: str | Path, data: str | bytes) -> Path:
     """:func:`write_files` of one file; returns its path."""
-    write_files({path: data})
+    write_files({Path(path): data})
     return Path(path)

@@ -163,12 +163,12 @@ class SplitTensors:
             raise ValueError(f"max_list must be at least 1 (or None), got {max_list}")
         counts = self.lengths[queries]
         longest = int(counts.max())
-        drawn = max_list is not None and longest > max_list
-        real = np.minimum(counts, max_list) if drawn else counts
+        drawn = max_list if max_list is not None and longest > max_list else None
+        real = counts if drawn is None else np.minimum(counts, drawn)
         width = padded_length(int(real.max()), self.cap(max_list))
-        if drawn:
+        if drawn is not None:
             # width == max_list here: a list longer than max_list makes max_list the split's cap
-            doc, mask = self._drawn_lists(queries, longest, max_list, generator)
+            doc, mask = self._drawn_lists(queries, longest, drawn, generator)
             features = self.features.index_select(0, doc.reshape(-1))
         else:
             doc, mask, features = self._whole_lists(queries, counts, width)
