@@ -4,42 +4,73 @@ and its Poly-1 form (Leng et al., ICLR 2022); docs/objectives/standard.md#softma
 from __future__ import annotations
 
 import torch
-from torch.nn import functional as F
 
-from differank.losses.inputs import (
-    finite_scores,
-    list_inputs,
-    list_loss,
-    nan_for_nonfinite_scores,
-)
+from differank.losses.inputs import list_inputs, list_loss
 from differank.losses.module_form import LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
+
+
+class _SoftmaxCrossEntropy(torch.autograd.Function):
+    """:func:`softmax_cross_entropy` with its gradient written out: one autograd node and a
+    handful of passes over [B, L], which is what an O(L) loss costs at LETOR list sizes. With
+    ``p = softmax(logits)`` and ``p_t = Σ_i t_i p_i``, the gradient of
+    ``-Σ_i t_i log p_i + ε (1 - p_t)`` is ``p - t + ε p (p_t - t)`` (``Σ_i t_i = 1``)."""
+
+    @staticmethod
+    def forward(ctx, scores, real, targets, epsilon):
+        # padding enters as the dtype's most negative value: probability an exact 0, log finite
+        logits = torch.where(real, scores, torch.finfo(scores.dtype).min)
+        log_probs = logits.log_softmax(dim=-1)
+        # 0 · s is NaN exactly at a non-finite real score: the rule's NaN for the whole query
+        # (alone, a -inf score with t > 0 would give +inf and a finite gradient)
+        nonfinite = logits.mul(0.0).sum(dim=-1)
+        per_query = nonfinite - torch.linalg.vecdot(targets, log_probs)
+        probs = log_probs.exp_()
+        agreement = torch.linalg.vecdot(targets, probs)  # p_t
+        if epsilon != 0:
+            per_query.add_(epsilon * (1.0 - agreement))
+        ctx.epsilon = epsilon
+        ctx.save_for_backward(real, targets, probs, nonfinite, agreement)
+        return per_query
+
+    @staticmethod
+    def backward(ctx, grad):
+        real, targets, probs, nonfinite, agreement = ctx.saved_tensors
+        logits_grad = probs - targets
+        if ctx.epsilon != 0:
+            logits_grad.addcmul_(probs, agreement.unsqueeze(-1) - targets, value=ctx.epsilon)
+        # a query with a non-finite score gets NaN at every real document; padding gets 0
+        logits_grad.mul_((grad + nonfinite).unsqueeze(-1))
+        return torch.where(real, logits_grad, 0.0), None, None, None
+
+
+def softmax_cross_entropy(
+    scores: torch.Tensor, real: torch.Tensor, targets: torch.Tensor, epsilon: float = 0.0
+) -> torch.Tensor:
+    """``-Σ_i t_i log softmax(s)_i + epsilon · (1 - Σ_i t_i softmax(s)_i)`` per query [B],
+    the softmax over the ``real`` documents only (padded scores are never read), for targets
+    ``t`` that sum to 1 over a query's real documents and are 0 at its padding. A non-finite
+    score at a real document makes its query's loss NaN, and its gradient NaN at its real
+    documents (the input rule); ``real`` False everywhere in a query gives it a 0 gradient.
+
+    Shape:
+        scores, real (bool), targets: [B, L] -> [B].
+    """
+    return _SoftmaxCrossEntropy.apply(scores, real, targets, epsilon)
 
 
 def _softmax_per_query(
     scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, epsilon: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(cross-entropy + epsilon · (1 - p_t) [B], valid [B])`` under the input rule, where
-    the targets are ``t_i = l_i / Σ_j l_j`` and ``p_t = Σ_i t_i softmax(s)_i``; ``epsilon = 0``
-    is the plain softmax loss. Padding enters as the dtype's most negative score with
-    relevance 0."""
+    """``(cross-entropy + epsilon · (1 - p_t) [B], valid [B])`` under the input rule, with the
+    targets ``t_i = l_i / Σ_j l_j`` over the real documents of the valid queries (0 elsewhere);
+    ``epsilon = 0`` is the plain softmax loss."""
     scores, labels, mask, valid = list_inputs(scores, labels, mask)
-    logits = torch.where(mask, finite_scores(scores, mask), torch.finfo(scores.dtype).min)
-    relevance = torch.where(mask, labels, 0.0)  # labels >= 0 where real
-    per_query = _cross_entropy(logits, relevance, epsilon)
-    return nan_for_nonfinite_scores(per_query, scores, mask, valid), valid
-
-
-def _cross_entropy(logits: torch.Tensor, relevance: torch.Tensor, epsilon: float) -> torch.Tensor:
-    """``-Σ_i t_i log softmax(logits)_i + epsilon · (1 - Σ_i t_i softmax(logits)_i)`` [B] with
-    ``t = relevance / Σ relevance`` (0 for a query of zeros). Padding enters the softmax as the
-    dtype's most negative value (probability an exact 0, log finite) with relevance 0."""
-    total = relevance.sum(dim=-1, keepdim=True)
-    targets = relevance / total.clamp_(min=torch.finfo(relevance.dtype).tiny)
-    per_query = F.cross_entropy(logits, targets, reduction="none")  # one fused call
-    if epsilon != 0:
-        per_query = per_query + epsilon * (1.0 - torch.linalg.vecdot(logits.softmax(-1), targets))
-    return per_query
+    real = mask & valid.unsqueeze(-1)
+    relevance = torch.where(real, labels, 0.0)  # labels >= 0 where real
+    total = relevance.sum(dim=-1, keepdim=True)  # > 0 in a valid query
+    targets = relevance.div_(total.clamp_(min=torch.finfo(relevance.dtype).tiny))
+    return softmax_cross_entropy(scores, real, targets, epsilon), valid
 
 
 @list_loss()
