@@ -20,28 +20,27 @@ class _SoftmaxCrossEntropy(torch.autograd.Function):
     def forward(ctx, scores, real, targets, epsilon):
         # padding enters as the dtype's most negative value: probability an exact 0, log finite
         logits = torch.where(real, scores, torch.finfo(scores.dtype).min)
-        log_probs = logits.log_softmax(dim=-1)
-        # 0 · s is NaN exactly at a non-finite real score: the rule's NaN for the whole query
-        # (alone, a -inf score with t > 0 would give +inf and a finite gradient)
-        nonfinite = logits.mul(0.0).sum(dim=-1)
-        per_query = nonfinite - torch.linalg.vecdot(targets, log_probs)
+        # s + 0 · s is NaN at a non-finite real score, so the softmax spreads the rule's NaN
+        # over the whole query (alone, a -inf score with t > 0 gives +inf, a finite gradient)
+        log_probs = logits.add_(logits, alpha=0.0).log_softmax(dim=-1)
+        per_query = torch.linalg.vecdot(targets, log_probs).neg_()
         probs = log_probs.exp_()
-        agreement = torch.linalg.vecdot(targets, probs)  # p_t
+        agreement = None
         if epsilon != 0:
+            agreement = torch.linalg.vecdot(targets, probs)  # p_t
             per_query.add_(epsilon * (1.0 - agreement))
         ctx.epsilon = epsilon
-        ctx.save_for_backward(real, targets, probs, nonfinite, agreement)
+        ctx.save_for_backward(real, targets, probs, agreement)
         return per_query
 
     @staticmethod
     def backward(ctx, grad):
-        real, targets, probs, nonfinite, agreement = ctx.saved_tensors
+        real, targets, probs, agreement = ctx.saved_tensors
         logits_grad = probs - targets
         if ctx.epsilon != 0:
             logits_grad.addcmul_(probs, agreement.unsqueeze(-1) - targets, value=ctx.epsilon)
-        # a query with a non-finite score gets NaN at every real document; padding gets 0
-        logits_grad.mul_((grad + nonfinite).unsqueeze(-1))
-        return torch.where(real, logits_grad, 0.0), None, None, None
+        logits_grad.mul_(grad.unsqueeze(-1))
+        return torch.where(real, logits_grad, 0.0), None, None, None  # padding: 0
 
 
 def softmax_cross_entropy(
