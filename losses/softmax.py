@@ -10,39 +10,6 @@ from differank.losses.module_form import LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
 
 
-class _SoftmaxCrossEntropy(torch.autograd.Function):
-    """:func:`softmax_cross_entropy` with its gradient written out: one autograd node and a
-    handful of passes over [B, L], which is what an O(L) loss costs at LETOR list sizes. With
-    ``p = softmax(logits)`` and ``p_t = Σ_i t_i p_i``, the gradient of
-    ``-Σ_i t_i log p_i + ε (1 - p_t)`` is ``p - t + ε p (p_t - t)`` (``Σ_i t_i = 1``)."""
-
-    @staticmethod
-    def forward(ctx, scores, real, targets, epsilon):
-        # padding enters as the dtype's most negative value: probability an exact 0, log finite
-        logits = torch.where(real, scores, torch.finfo(scores.dtype).min)
-        # s + 0 · s is NaN at a non-finite real score, so the softmax spreads the rule's NaN
-        # over the whole query (alone, a -inf score with t > 0 gives +inf, a finite gradient)
-        log_probs = logits.add_(logits, alpha=0.0).log_softmax(dim=-1)
-        per_query = torch.linalg.vecdot(targets, log_probs).neg_()
-        probs = log_probs.exp_()
-        agreement = None
-        if epsilon != 0:
-            agreement = torch.linalg.vecdot(targets, probs)  # p_t
-            per_query.add_(epsilon * (1.0 - agreement))
-        ctx.epsilon = epsilon
-        ctx.save_for_backward(real, targets, probs, agreement)
-        return per_query
-
-    @staticmethod
-    def backward(ctx, grad):
-        real, targets, probs, agreement = ctx.saved_tensors
-        logits_grad = probs - targets
-        if ctx.epsilon != 0:
-            logits_grad.addcmul_(probs, agreement.unsqueeze(-1) - targets, value=ctx.epsilon)
-        logits_grad.mul_(grad.unsqueeze(-1))
-        return torch.where(real, logits_grad, 0.0), None, None, None  # padding: 0
-
-
 def softmax_cross_entropy(
     scores: torch.Tensor, real: torch.Tensor, targets: torch.Tensor, epsilon: float = 0.0
 ) -> torch.Tensor:
@@ -52,10 +19,22 @@ def softmax_cross_entropy(
     score at a real document makes its query's loss NaN, and its gradient NaN at its real
     documents (the input rule); ``real`` False everywhere in a query gives it a 0 gradient.
 
+    Written as the few autograd ops it needs (one masked pass in, none out): at LETOR list
+    sizes an O(L) loss costs its number of ops, so there is no separate finiteness pass.
+
     Shape:
         scores, real (bool), targets: [B, L] -> [B].
     """
-    return _SoftmaxCrossEntropy.apply(scores, real, targets, epsilon)
+    # padding enters as the dtype's most negative value: probability an exact 0, log finite
+    logits = torch.where(real, scores, torch.finfo(scores.dtype).min)
+    # s + 0 · s is NaN at a non-finite real score, so the softmax spreads the rule's NaN over
+    # the whole query (alone, a -inf score with t > 0 gives +inf and a finite gradient); the
+    # added copy is detached, so the backward pass gets no extra op
+    log_probs = logits.add_(logits.detach(), alpha=0.0).log_softmax(dim=-1)
+    per_query = -(targets * log_probs).sum(dim=-1)
+    if epsilon != 0:  # Poly-1: p_t = Σ_i t_i p_i
+        per_query = per_query + epsilon * (1.0 - (targets * log_probs.exp()).sum(dim=-1))
+    return per_query
 
 
 def _softmax_per_query(
