@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from differank.losses.inputs import list_inputs, list_loss
+from differank.losses.inputs import list_inputs, list_loss, query_documents
 from differank.losses.module_form import LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
 
@@ -44,7 +44,7 @@ def _softmax_per_query(
     targets ``t_i = l_i / Σ_j l_j`` over the real documents of the valid queries (0 elsewhere);
     ``epsilon = 0`` is the plain softmax loss."""
     scores, labels, mask, valid = list_inputs(scores, labels, mask)
-    real = mask & valid.unsqueeze(-1)
+    real = query_documents(mask, valid)
     relevance = torch.where(real, labels, 0.0)  # labels >= 0 where real
     total = relevance.sum(dim=-1, keepdim=True)  # > 0 in a valid query
     targets = relevance.div_(total.clamp_(min=torch.finfo(relevance.dtype).tiny))
