@@ -19,19 +19,20 @@ def softmax_cross_entropy(
     score at a real document makes its query's loss NaN, and its gradient NaN at its real
     documents (the input rule); ``real`` False everywhere in a query gives it a 0 gradient.
 
-    Written as the few autograd ops it needs (one masked pass in, none out): at LETOR list
-    sizes an O(L) loss costs its number of ops, so there is no separate finiteness pass.
+    Written as the few autograd ops it needs: at LETOR list sizes an O(L) loss costs about its
+    number of ops, so the rule's NaN rides on the weights instead of a finiteness pass.
 
     Shape:
         scores, real (bool), targets: [B, L] -> [B].
     """
     # padding enters as the dtype's most negative value: probability an exact 0, log finite
     logits = torch.where(real, scores, torch.finfo(scores.dtype).min)
-    # s + 0 · s is NaN at a non-finite real score, so the softmax spreads the rule's NaN over
-    # the whole query (alone, a -inf score with t > 0 gives +inf and a finite gradient); the
-    # added copy is detached, so the backward pass gets no extra op
-    log_probs = logits.add_(logits.detach(), alpha=0.0).log_softmax(dim=-1)
-    per_query = (targets.neg() * log_probs).sum(dim=-1)  # the sign on targets: no backward op
+    log_probs = logits.log_softmax(dim=-1)
+    # the weights -t, plus 0 · s: NaN at a non-finite real score, so its query's loss and (through
+    # the softmax's backward) its real documents' gradients are NaN, as the input rule says; a
+    # -inf score alone would give +inf and a finite gradient. No gradient flows into the weights.
+    weights = logits.detach().mul(0.0).sub_(targets)
+    per_query = (weights * log_probs).sum(dim=-1)
     if epsilon != 0:  # Poly-1: p_t = Σ_i t_i p_i
         per_query = per_query + epsilon * (1.0 - (targets * log_probs.exp()).sum(dim=-1))
     return per_query
