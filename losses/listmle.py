@@ -5,12 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from differank.losses.inputs import (
-    finite_scores,
-    list_inputs,
-    list_loss,
-    nan_for_nonfinite_scores,
-)
+from differank.losses.inputs import list_inputs, list_loss, query_documents
 from differank.losses.module_form import LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
 
@@ -66,20 +61,23 @@ class _PlackettLuce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, scores, mask, order, alpha, eps):
         scores = torch.where(mask, scores, torch.finfo(scores.dtype).min / 2)
-        ranked = scores.gather(-1, order)  # backwards, padding first
-        shifted = ranked.sub_(ranked.amax(dim=-1, keepdim=True))  # exactly 0 at the maxima
+        # s + 0 · s is NaN at a non-finite real score, and the maximum then NaN: the rule's NaN
+        # for the query (alone, a -inf score would give +inf and a finite gradient)
+        ranked = scores.add_(scores, alpha=0.0).gather(-1, order)  # backwards, padding first
+        top = ranked.amax(dim=-1, keepdim=True)
+        shifted = ranked.sub_(top)  # exactly 0 at the maxima
         exps = shifted.exp()
         tails = exps.cumsum(dim=-1).add_(eps)  # T_i, backwards: a prefix sum of the layout
         if eps == 0:  # T_i = 0 at padding: keep log, 1 / T_i finite
             tails.add_(alpha == 0)
         ctx.eps = eps
-        ctx.save_for_backward(order, alpha, shifted, exps, tails)
+        ctx.save_for_backward(mask, order, alpha, shifted, exps, tails, top.mul_(0.0))
         terms = tails.log().sub_(shifted)
         return torch.linalg.vecdot(terms, alpha)
 
     @staticmethod
     def backward(ctx, grad):
-        order, alpha, shifted, exps, tails = ctx.saved_tensors
+        mask, order, alpha, shifted, exps, tails, nonfinite = ctx.saved_tensors
         share = alpha / tails  # α_i / T_i
         # ∂L/∂(s_πk - m) = exp(s_πk - m) · Σ_{i≤k} α_i / T_i - α_k: a suffix sum of the layout
         suffix = share.flip(-1).cumsum(dim=-1).flip(-1)
@@ -89,9 +87,9 @@ class _PlackettLuce(torch.autograd.Function):
             is_top = shifted == 0
             through_top = suffix[:, :1] * ctx.eps
             ranked_grad.add_(is_top * through_top.div_(is_top.sum(dim=-1, keepdim=True)))
-        ranked_grad.mul_(grad.unsqueeze(-1))
+        ranked_grad.mul_(grad.unsqueeze(-1) + nonfinite)  # NaN at every document of such a query
         scores_grad = torch.empty_like(ranked_grad).scatter_(-1, order, ranked_grad)
-        return scores_grad, None, None, None, None
+        return torch.where(mask, scores_grad, 0.0), None, None, None, None  # padding: 0
 
 
 def plackett_luce(
@@ -102,7 +100,8 @@ def plackett_luce(
     eps: float,
 ) -> torch.Tensor:
     """``Σ_i α_i (log(Σ_{j≥i} exp(s_πj - m) + eps) + m - s_πi)`` per query [B] from the scores
-    (padding may hold anything, it is never read), the mask, and in
+    (padding may hold anything, it is never read; a non-finite real score makes the query NaN,
+    its gradient NaN at its real documents), the mask, and in
     :func:`reversed_label_order`'s layout the order and the weights ``α`` (0 at padding; 1 at
     the real documents for ListMLE). ``m`` is the real maximum. Laid out backwards, the tail
     sums are one cumulative sum; padding is the dtype's lowest float / 2 (its exp is 0 and, with
@@ -165,10 +164,10 @@ def listmle_loss(
     check_reduction(reduction)
     check_listmle_options(ties, eps)
     scores, labels, mask, valid = list_inputs(scores, labels, mask)
-    safe = finite_scores(scores, mask)
-    per_query = _per_query(safe, labels, mask, ties, position_aware, eps)
-    per_query = nan_for_nonfinite_scores(per_query, scores, mask, valid)
-    return reduce_queries(per_query, valid, reduction)
+    real = query_documents(mask, valid)  # a query without a pair: all padding, never read
+    return reduce_queries(
+        _per_query(scores, labels, real, ties, position_aware, eps), valid, reduction
+    )
 
 
 class ListMLELoss(LossModule, function=listmle_loss):

@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 import torch
-from torch.nn import functional as F
 
-from differank.losses.inputs import (
-    finite_scores,
-    list_inputs,
-    list_loss,
-    nan_for_nonfinite_scores,
-)
+from differank.losses.inputs import list_inputs, list_loss, query_documents
 from differank.losses.module_form import LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
+from differank.losses.softmax import softmax_cross_entropy
 
 
 @list_loss()
@@ -42,13 +37,11 @@ def listnet_loss(
     """
     check_reduction(reduction)
     scores, labels, mask, valid = list_inputs(scores, labels, mask)
-    # padding enters both softmaxes as the dtype's most negative value: its probability is an
-    # exact 0 and its log finite, so one fused cross-entropy call is the whole loss
-    very_negative = torch.finfo(scores.dtype).min
-    logits = torch.where(mask, finite_scores(scores, mask), very_negative)
-    targets = torch.where(mask, labels, very_negative).softmax(-1)
-    per_query = F.cross_entropy(logits, targets, reduction="none")
-    per_query = nan_for_nonfinite_scores(per_query, scores, mask, valid)
+    real = query_documents(mask, valid)
+    # the labels' top-one distribution over the real documents: padding (and every slot of a
+    # query without a pair) enters as the dtype's most negative label, probability an exact 0
+    targets = torch.where(real, labels, torch.finfo(labels.dtype).min).softmax(dim=-1)
+    per_query = softmax_cross_entropy(scores, real, targets)
     return reduce_queries(per_query, valid, reduction)
 
 

@@ -4,42 +4,52 @@ and its Poly-1 form (Leng et al., ICLR 2022); docs/objectives/standard.md#softma
 from __future__ import annotations
 
 import torch
-from torch.nn import functional as F
 
-from differank.losses.inputs import (
-    finite_scores,
-    list_inputs,
-    list_loss,
-    nan_for_nonfinite_scores,
-)
+from differank.losses.inputs import list_inputs, list_loss, query_documents
 from differank.losses.module_form import LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
+
+
+def softmax_cross_entropy(
+    scores: torch.Tensor, real: torch.Tensor, targets: torch.Tensor, epsilon: float = 0.0
+) -> torch.Tensor:
+    """``-Σ_i t_i log softmax(s)_i + epsilon · (1 - Σ_i t_i softmax(s)_i)`` per query [B],
+    the softmax over the ``real`` documents only (padded scores are never read), for targets
+    ``t`` that sum to 1 over a query's real documents and are 0 at its padding. A non-finite
+    score at a real document makes its query's loss NaN, and its gradient NaN at its real
+    documents (the input rule); ``real`` False everywhere in a query gives it a 0 gradient.
+
+    Written as the few autograd ops it needs: at LETOR list sizes an O(L) loss costs about its
+    number of ops, so the rule's NaN rides on the weights instead of a finiteness pass.
+
+    Shape:
+        scores, real (bool), targets: [B, L] -> [B].
+    """
+    # padding enters as the dtype's most negative value: probability an exact 0, log finite
+    logits = torch.where(real, scores, torch.finfo(scores.dtype).min)
+    log_probs = logits.log_softmax(dim=-1)
+    # the weights -t, plus 0 · s: NaN at a non-finite real score, so its query's loss and (through
+    # the softmax's backward) its real documents' gradients are NaN, as the input rule says; a
+    # -inf score alone would give +inf and a finite gradient. No gradient flows into the weights.
+    weights = logits.detach().mul(0.0).sub_(targets)
+    per_query = (weights * log_probs).sum(dim=-1)
+    if epsilon != 0:  # Poly-1: p_t = Σ_i t_i p_i
+        per_query = per_query + epsilon * (1.0 - (targets * log_probs.exp()).sum(dim=-1))
+    return per_query
 
 
 def _softmax_per_query(
     scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, epsilon: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(cross-entropy + epsilon · (1 - p_t) [B], valid [B])`` under the input rule, where
-    the targets are ``t_i = l_i / Σ_j l_j`` and ``p_t = Σ_i t_i softmax(s)_i``; ``epsilon = 0``
-    is the plain softmax loss. Padding enters as the dtype's most negative score with
-    relevance 0."""
+    """``(cross-entropy + epsilon · (1 - p_t) [B], valid [B])`` under the input rule, with the
+    targets ``t_i = l_i / Σ_j l_j`` over the real documents of the valid queries (0 elsewhere);
+    ``epsilon = 0`` is the plain softmax loss."""
     scores, labels, mask, valid = list_inputs(scores, labels, mask)
-    logits = torch.where(mask, finite_scores(scores, mask), torch.finfo(scores.dtype).min)
-    relevance = torch.where(mask, labels, 0.0)  # labels >= 0 where real
-    per_query = _cross_entropy(logits, relevance, epsilon)
-    return nan_for_nonfinite_scores(per_query, scores, mask, valid), valid
-
-
-def _cross_entropy(logits: torch.Tensor, relevance: torch.Tensor, epsilon: float) -> torch.Tensor:
-    """``-Σ_i t_i log softmax(logits)_i + epsilon · (1 - Σ_i t_i softmax(logits)_i)`` [B] with
-    ``t = relevance / Σ relevance`` (0 for a query of zeros). Padding enters the softmax as the
-    dtype's most negative value (probability an exact 0, log finite) with relevance 0."""
-    total = relevance.sum(dim=-1, keepdim=True)
-    targets = relevance / total.clamp_(min=torch.finfo(relevance.dtype).tiny)
-    per_query = F.cross_entropy(logits, targets, reduction="none")  # one fused call
-    if epsilon != 0:
-        per_query = per_query + epsilon * (1.0 - torch.linalg.vecdot(logits.softmax(-1), targets))
-    return per_query
+    real = query_documents(mask, valid)
+    relevance = torch.where(real, labels, 0.0)  # labels >= 0 where real
+    total = relevance.sum(dim=-1, keepdim=True)  # > 0 in a valid query
+    targets = relevance.div_(total.clamp_(min=torch.finfo(relevance.dtype).tiny))
+    return softmax_cross_entropy(scores, real, targets, epsilon), valid
 
 
 @list_loss()

@@ -262,7 +262,10 @@ class _SinkhornScalings(torch.autograd.Function):
             grad_rows, grad_columns = grad_row_scale, grad_column_scale
         if not left:
             return torch.zeros_like(matrix), None, None, None, None
-        grad_matrix = torch.stack(left, dim=-1) @ torch.stack(right, dim=-2)
+        # the outer products in iteration order: a query's iterations come first and the frozen
+        # ones after it add exact zeros, so its gradient does not depend (even by rounding) on
+        # how many iterations the rest of its batch ran
+        grad_matrix = torch.stack(left[::-1], dim=-1) @ torch.stack(right[::-1], dim=-2)
         return grad_matrix, None, None, None, None
 
 
