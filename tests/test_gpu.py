@@ -113,8 +113,9 @@ def test_cone_loss_on_cuda_equals_cpu(dtype):
     basis = ConeRank(16, n_basis=10, seed=0).basis.detach().to(dtype)
 
     def value_and_grads(device):
-        leaf = features.to(device).requires_grad_(True)
-        base = basis.to(device).requires_grad_(True)
+        # detach: a leaf of its own per device (features.to("cpu") is features itself)
+        leaf = features.detach().to(device).requires_grad_(True)
+        base = basis.detach().to(device).requires_grad_(True)
         value = ConeLoss(max_pairs_per_query=None)(leaf, labels.to(device), mask.to(device), base)
         value.backward()
         return value.detach().cpu(), leaf.grad.cpu(), base.grad.cpu()
