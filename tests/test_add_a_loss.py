@@ -107,15 +107,21 @@ def git(copy: Path, *args: str) -> str:
 
 
 def copy_of_the_repository(folder: Path) -> Path:
-    """The working tree's files (tracked, and untracked but not ignored) in a fresh git
-    repository, committed: the state a new engineer starts from."""
+    """The working tree's files (tracked, and untracked but not ignored; src/differank's links as
+    links) in a fresh git repository, committed: the state a new engineer starts from. The C
+    scanner built by this checkout's install is copied beside its source (git ignores it), as
+    the copy's own install would build it."""
     copy = folder / "repo"
     listed = git(ROOT, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
     for name in filter(None, set(listed.split("\0"))):
-        source = ROOT / name
-        if source.is_file():
-            (copy / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, copy / name)
+        source, target = ROOT / name, copy / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():
+            target.symlink_to(os.readlink(source))
+        elif source.is_file():
+            shutil.copy2(source, target)
+    for built in (ROOT / "datamodules").glob("_letor_text*.so"):
+        shutil.copy2(built, copy / "datamodules" / built.name)
     git(copy, "init", "-q")
     git(copy, "add", "-A")
     git(copy, "commit", "-q", "-m", "before the toy loss")
@@ -140,22 +146,10 @@ def add_the_foo_loss(copy: Path) -> None:
     guide.write_text("".join(lines[: last_row + 1] + [TOY_GUIDE_ROW] + lines[last_row + 1 :]))
 
 
-def environment(copy: Path, folder: Path) -> dict[str, str]:
-    """Python importing ``differank`` from the copy: this venv's editable install points at the
-    checkout, so a ``sitecustomize`` drops its finder and imports ``differank`` from a folder of
-    links that maps the packages as pyproject.toml's ``package-dir`` does."""
-    shim = folder / "shim"
-    package = shim / "differank"
-    package.mkdir(parents=True)
-    (package / "__init__.py").symlink_to(copy / "differank" / "__init__.py")
-    for name in ("losses", "rankers", "datamodules"):
-        (package / name).symlink_to(copy / name, target_is_directory=True)
-    (shim / "sitecustomize.py").write_text(  # runs before the working directory joins sys.path
-        "import sys\n"
-        "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]\n"
-        "import differank  # from the links, not the copy's own differank/ folder\n"
-    )
-    return {**os.environ, "PYTHONPATH": str(shim), "PYTHONDONTWRITEBYTECODE": "1"}
+def environment(copy: Path) -> dict[str, str]:
+    """Python importing ``differank`` from the copy: its ``src/`` comes on the path before this
+    venv's editable install (a static path to this checkout's ``src/``)."""
+    return {**os.environ, "PYTHONPATH": str(copy / "src"), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 def run(copy: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
@@ -173,7 +167,7 @@ def test_a_foo_loss_takes_five_files_and_passes_the_suite(tmp_path):
     touched = git(copy, "diff", "--cached", "--name-only").split()
     assert len(touched) <= 5, touched
 
-    env = environment(copy, tmp_path)
+    env = environment(copy)
     where = run(copy, env, "-c", "import differank.losses.foo as m; print(m.__file__)")
     assert str(copy) in str(Path(where.stdout.strip()).resolve())  # the copy's code runs
     run(
