@@ -32,9 +32,9 @@ dataset is trained there with the same seeds, so its rows test whether the choic
 A dataset is a ``conf/data`` name (``mq2008``, ``lightgbm_rank``) or ``NAME=DIR`` for any LETOR
 folder (``data=letor data.root=DIR``). Runs are cached under ``--runs``
 (``<dataset>/<row>/<trial|seed>/fold<k>/result.json``): rerunning the command redoes only the
-missing or failed runs (the seeded sampler proposes the same trials again), and a run whose
-``result.json`` or ``predictions/val.txt`` is damaged or another job's, naming the file in a
-warning (:func:`cached_result`). Profiles
+missing or failed runs (the seeded sampler proposes the same trials again) and those whose
+``result.json`` or ``predictions/val.txt`` is damaged or another job's, each named in a warning
+(:func:`cached_result`). Profiles
 (:data:`PROFILES`): ``full`` (the published table) and ``smoke`` (tiny synthetic data, two rows
 and a peer, for the tests).
 """
@@ -263,7 +263,8 @@ class UntrustedFile(Exception):
 
 
 def _identity(job: Job) -> dict:
-    """What a ``result.json`` records of its job: a cached run is reused only for the same."""
+    """What a ``result.json`` records of its job (as JSON reads it back: tuples are lists); a
+    cached run is reused only for the same."""
     return json.loads(json.dumps({"overrides": job.overrides, "setting": dict(job.setting)}))
 
 
