@@ -32,7 +32,9 @@ dataset is trained there with the same seeds, so its rows test whether the choic
 A dataset is a ``conf/data`` name (``mq2008``, ``lightgbm_rank``) or ``NAME=DIR`` for any LETOR
 folder (``data=letor data.root=DIR``). Runs are cached under ``--runs``
 (``<dataset>/<row>/<trial|seed>/fold<k>/result.json``): rerunning the command redoes only the
-missing or failed runs (the seeded sampler proposes the same trials again). Profiles
+missing or failed runs (the seeded sampler proposes the same trials again) and those whose
+``result.json`` or ``predictions/val.txt`` is damaged or another job's, each named in a warning
+(:func:`cached_result`). Profiles
 (:data:`PROFILES`): ``full`` (the published table) and ``smoke`` (tiny synthetic data, two rows
 and a peer, for the tests).
 """
@@ -41,6 +43,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import math
 import os
 import shutil
 import statistics
@@ -59,7 +63,10 @@ import torch
 import yaml
 from reproduce import TINY_OVERRIDES, train_module
 
+from differank.datamodules.atomic_files import write_file
 from differank.rankers.metrics.significance import PairedInterval, paired_bootstrap
+
+log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[1]
 SEARCHES = ROOT / "conf" / "hparams_search"
@@ -236,6 +243,7 @@ class Job:
     fold: int
     seed: int
     run_dir: Path
+    val_rows: int  # the fold's validation rows: predictions/val.txt has one score each
     tiny: bool = False
 
 
@@ -246,16 +254,91 @@ def _data_module(overrides: list[str], run_dir: Path):
     return instantiate(train_module().compose_run(data_only, run_dir).data)
 
 
+# What the tables and the ensemble read from a run's result.json, besides the job it ran.
+RESULT_NUMBERS = ("val_map", "map", "mean_ndcg", "ndcg@10", "seconds", "cpu_seconds")
+
+
+class UntrustedFile(Exception):
+    """A cached file that cannot stand for its run; the message names the file and why."""
+
+
+def _identity(job: Job) -> dict:
+    """What a ``result.json`` records of its job (as JSON reads it back: tuples are lists); a
+    cached run is reused only for the same."""
+    return json.loads(json.dumps({"overrides": job.overrides, "setting": dict(job.setting)}))
+
+
+def _read_result(record: Path, job: Job) -> dict:
+    """``record`` parsed and checked against ``job``, or :class:`UntrustedFile`."""
+    try:
+        cached = json.loads(record.read_bytes())
+    except ValueError as error:  # undecodable bytes included
+        raise UntrustedFile(f"{record} is not JSON (cut mid-write?): {error}") from None
+    if not isinstance(cached, dict):
+        raise UntrustedFile(f"{record} holds a JSON {type(cached).__name__}, not a run's record")
+    if "job" not in cached:
+        raise UntrustedFile(f"{record} names no job, so it may be another job's")
+    if cached["job"] != _identity(job):
+        raise UntrustedFile(f"{record} is another job's: {json.dumps(cached['job'])}")
+    if "error" in cached:
+        raise UntrustedFile(f"{record} records a failed run")
+    # seeds of one setting share overrides and setting: the seed and fold tell them apart
+    for key, expected in {"fold": job.fold, "seed": job.seed}.items():
+        if cached.get(key) != expected:
+            found = cached.get(key)
+            raise UntrustedFile(f"{record} has {key} {found!r}, the job's is {expected!r}")
+    for key in RESULT_NUMBERS:
+        value = cached.get(key)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not math.isfinite(value):
+            raise UntrustedFile(f"{record} has {key} {value!r}, not a finite number")
+    cached["run_dir"] = str(job.run_dir)  # its predictions are read here (runs folder moved)
+    return cached
+
+
+def _check_val_scores(path: Path, rows: int) -> None:
+    """``path`` holds exactly one finite score per validation row, or :class:`UntrustedFile`."""
+    if not path.is_file():
+        raise UntrustedFile(f"{path} is missing")
+    try:
+        lines = path.read_text().splitlines()
+    except UnicodeDecodeError as error:
+        raise UntrustedFile(f"{path} is not text: {error}") from None
+    if len(lines) != rows:
+        raise UntrustedFile(f"{path} has {len(lines)} lines, one per validation row is {rows}")
+    for number, line in enumerate(lines, start=1):
+        try:
+            finite = math.isfinite(float(line))
+        except ValueError:
+            finite = False
+        if not finite:
+            raise UntrustedFile(f"{path} line {number} is {line!r}, not a finite score")
+
+
+def cached_result(job: Job) -> dict | None:
+    """The job's cached row; None when it has none or its files cannot be trusted. A damaged or
+    foreign ``result.json`` or ``predictions/val.txt`` counts as missing (a warning names the
+    file and why), never as a result."""
+    record = job.run_dir / "result.json"
+    if not record.is_file():
+        return None
+    try:
+        cached = _read_result(record, job)
+        if not job.row.peer:  # a peer writes no validation scores: it is no ensemble member
+            _check_val_scores(job.run_dir / "predictions" / "val.txt", job.val_rows)
+    except UntrustedFile as error:
+        log.warning("%s; the run is redone", error)
+        return None
+    return cached
+
+
 def run_job(job: Job) -> dict:
     """Train (or fit the peer), score validation and test; the row (test metrics, validation
-    MAP, where its prediction files are). Cached: a run whose ``result.json`` exists is read,
-    not redone."""
-    record = job.run_dir / "result.json"
-    what = json.loads(json.dumps({"overrides": job.overrides, "setting": dict(job.setting)}))
-    if record.is_file():
-        cached = json.loads(record.read_text())
-        if cached.get("job", what) == what:
-            return cached
+    MAP, where its prediction files are). Cached: a run whose files pass
+    :func:`cached_result` is read, not redone."""
+    cached = cached_result(job)
+    if cached is not None:
+        return cached
     if job.run_dir.is_dir():  # an interrupted, failed or changed run: redone from an empty
         shutil.rmtree(job.run_dir)  # folder, so a stale checkpoint never stands in for it
     torch.set_num_threads(1)
@@ -284,9 +367,9 @@ def run_job(job: Job) -> dict:
         traceback.print_exc()
         row = {"error": " ".join(f"{type(error).__name__}: {error}".split())}
     row.update(seconds=time.perf_counter() - start, cpu_seconds=time.process_time() - cpu)
-    row["job"] = what  # a cached run is reused only for the same overrides and setting
-    if "error" not in row:  # a failure is tried again by the next invocation
-        record.write_text(json.dumps(row) + "\n")
+    row["job"] = _identity(job)
+    if "error" not in row:  # a failure is tried again by the next invocation; whole or absent
+        write_file(job.run_dir / "result.json", json.dumps(row) + "\n")
     return row
 
 
@@ -299,7 +382,7 @@ def write_val_scores(run_dir: Path) -> None:
 
     checkpoint = run_dir / "checkpoints" / "best.ckpt"
     scores = score_split(load_ranker(checkpoint), evaluation_data(checkpoint).split_data("val"))
-    (run_dir / "predictions" / "val.txt").write_text("".join(f"{s:.17g}\n" for s in scores))
+    write_file(run_dir / "predictions" / "val.txt", "".join(f"{s:.17g}\n" for s in scores))
 
 
 class Runner:
@@ -352,8 +435,16 @@ class Protocol:
     def __init__(self, profile: Profile, datasets: list[Dataset], runs: Path, runner: Runner):
         self.profile, self.datasets, self.runs, self.runner = profile, datasets, runs, runner
         self.tiny = bool(profile.extra)
+        self._splits: dict[Dataset, tuple[dict[int, Split], dict[int, Split]]] = {}
+
+    def splits(self, dataset: Dataset) -> tuple[dict[int, Split], dict[int, Split]]:
+        """Each fold's validation and test split of ``dataset``, read once."""
+        if dataset not in self._splits:
+            self._splits[dataset] = fold_splits(dataset, self.profile, self.runs)
+        return self._splits[dataset]
 
     def jobs(self, row, overrides, setting, dataset, folder, seed) -> list[Job]:
+        val, _ = self.splits(dataset)
         return [
             Job(
                 row,
@@ -362,6 +453,7 @@ class Protocol:
                 fold,
                 seed,
                 self.runs / dataset.name / row.name.replace("/", "-") / folder / f"fold{fold}",
+                len(val[fold].labels),
                 self.tiny,
             )
             for fold in self.profile.folds
@@ -781,7 +873,7 @@ def main(argv: list[str] | None = None) -> None:
             if not result.row.peer:
                 write_experiment(result, datasets[0], args.write_experiments, args.out)
     for dataset in datasets:
-        val, test = fold_splits(dataset, profile, args.runs)
+        val, test = protocol.splits(dataset)
         members = {
             f"{r.row.name}#{seed}": [
                 run for run in r.seeds[dataset.name] if run.get("seed") == seed

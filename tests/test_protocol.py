@@ -6,6 +6,7 @@ reuses every cached run."""
 from __future__ import annotations
 
 import json
+import shutil
 from types import SimpleNamespace
 
 import numpy as np
@@ -85,16 +86,118 @@ def test_a_cached_run_of_another_setting_is_redone(smoke, monkeypatch):
     row = protocol.Row("listnet")
     run_dir = folder / "runs" / "synthetic" / "listnet-linear" / "trial1" / "fold1"
     cached = protocol.json.loads((run_dir / "result.json").read_text())
-    same = protocol.Job(row, tuple(cached["job"]["overrides"]), (), 1, 0, run_dir, True)
+    rows = len((run_dir / "predictions" / "val.txt").read_text().splitlines())
+    same = protocol.Job(row, tuple(cached["job"]["overrides"]), (), 1, 0, run_dir, rows, True)
     assert protocol.run_job(same) == cached  # read, not redone
     trained = []
     monkeypatch.setattr(protocol.train_module(), "run_training", lambda *run: trained.append(run))
     changed = protocol.Job(
-        row, (*same.overrides, "model.optimizer.lr=0.5"), (), 1, 0, run_dir, True
+        row, (*same.overrides, "model.optimizer.lr=0.5"), (), 1, 0, run_dir, rows, True
     )
     assert "error" in protocol.run_job(changed)  # redone: the stand-in run_training fails it
     assert trained == [([*changed.overrides, "seed=0", "++data.fold=1", "quiet=true"], run_dir)]
     assert not (run_dir / "result.json").exists() and not (run_dir / "checkpoints").exists()
+
+
+def _without_job(text: str, _: str) -> str:
+    record = json.loads(text)
+    del record["job"]
+    return json.dumps(record)
+
+
+def _of_seed_1(text: str, _: str) -> str:
+    return json.dumps({**json.loads(text), "seed": 1})
+
+
+def _with_line_2(value: str):
+    def damage(text: str, _: str) -> str:
+        lines = text.splitlines(keepends=True)
+        return "".join([lines[0], f"{value}\n", *lines[2:]])
+
+    return damage
+
+
+# file of the run -> how it is damaged (its text, another trial's result.json) -> the reason
+# the warning gives ({rows}: the validation split's rows)
+DAMAGES = {
+    "result.json cut mid-write": (
+        "result.json",
+        lambda text, _: text[: len(text) // 2],
+        "is not JSON",
+    ),
+    "result.json of []": ("result.json", lambda *_: "[]\n", "holds a JSON list"),
+    "result.json of 3": ("result.json", lambda *_: "3\n", "holds a JSON int"),
+    "result.json without its job": ("result.json", _without_job, "names no job"),
+    "result.json of another job": ("result.json", lambda _, other: other, "is another job's"),
+    "result.json of another seed": ("result.json", _of_seed_1, "has seed 1, the job's is 0"),
+    "result.json with a nan metric": (
+        "result.json",
+        lambda text, _: text.replace('"map": ', '"map": NaN, "was": ', 1),
+        "has map nan, not a finite number",
+    ),
+    "val.txt with an extra line": (
+        "predictions/val.txt",
+        lambda text, _: text + "0.5\n",
+        "has {more} lines, one per validation row is {rows}",
+    ),
+    "val.txt with a nan line": ("predictions/val.txt", _with_line_2("nan"), "line 2 is 'nan'"),
+    "val.txt with an empty line": ("predictions/val.txt", _with_line_2(""), "line 2 is ''"),
+    "val.txt missing a line": (
+        "predictions/val.txt",
+        lambda text, _: "".join(text.splitlines(keepends=True)[:-1]),
+        "has {fewer} lines, one per validation row is {rows}",
+    ),
+    "val.txt missing": ("predictions/val.txt", None, "is missing"),
+}
+
+
+@pytest.fixture
+def cached_job(smoke, tmp_path):
+    """A copy of ranknet's trial 1 (a finished, sound run; the test above redoes listnet's)
+    under another runs folder, and its job as the protocol makes it (the fold's validation rows
+    counted from the split)."""
+    folder, _, record = smoke
+    trials = folder / "runs" / "synthetic" / "ranknet-linear"
+    runs = tmp_path / "runs"
+    shutil.copytree(trials / "trial1", runs / "synthetic" / "ranknet-linear" / "trial1")
+    row, dataset = protocol.Row("ranknet"), protocol.Dataset.parse("synthetic")
+    setting = record["rows"]["ranknet/linear"]["trials"][1]["setting"]
+    overrides = [*protocol.row_space(row)[0], *protocol.setting_overrides(setting)]
+    selection = protocol.Protocol(protocol.PROFILES["smoke"], [dataset], runs, protocol.Runner(1))
+    (job,) = selection.jobs(row, overrides, setting, dataset, "trial1", 0)
+    return job, (trials / "trial0" / "fold1" / "result.json").read_text()
+
+
+def test_a_sound_cached_run_is_read_where_it_now_lies(cached_job, monkeypatch):
+    job, _ = cached_job
+    monkeypatch.setattr(protocol.train_module(), "run_training", pytest.fail)
+    result = protocol.run_job(job)
+    assert result["run_dir"] == str(job.run_dir) and result["fold"] == 1 and result["seed"] == 0
+    assert 0 <= result["val_map"] <= 1
+
+
+@pytest.mark.parametrize("case", DAMAGES)
+def test_a_damaged_or_foreign_cached_file_is_named_and_its_run_redone(
+    cached_job, case, monkeypatch, caplog
+):
+    job, other = cached_job
+    name, damage, reason = DAMAGES[case]
+    path = job.run_dir / name
+    rows = len((job.run_dir / "predictions" / "val.txt").read_text().splitlines())
+    assert job.val_rows == rows  # the sound run's scores: one per validation row
+    if damage is None:
+        path.unlink()
+    else:
+        path.write_text(damage(path.read_text(), other))
+    trained = []
+    monkeypatch.setattr(protocol.train_module(), "run_training", lambda *run: trained.append(run))
+    result = protocol.run_job(job)
+    assert "error" in result  # redone: the stand-in run_training fails it
+    assert trained == [([*job.overrides, "seed=0", "++data.fold=1", "quiet=true"], job.run_dir)]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and warnings[0].startswith(f"{path} ")  # the file, then why
+    assert reason.format(rows=rows, more=rows + 1, fewer=rows - 1) in warnings[0]
+    assert not (job.run_dir / "result.json").exists()
 
 
 def test_each_chosen_setting_is_written_as_an_experiment_that_composes(smoke):
