@@ -42,6 +42,7 @@ import numpy as np
 
 from differank.datamodules import cache
 from differank.datamodules import letor_text as lt
+from differank.datamodules.regular_files import require_regular_file
 
 log = logging.getLogger(__name__)
 
@@ -224,9 +225,7 @@ def read_letor_file(path, *, cache_dir=None, verify_hash: bool = False) -> Letor
     ``cache_dir`` None -> :func:`default_cache_dir`; ``verify_hash`` re-hashes the file even
     when its size and mtime match the cache entry.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"LETOR file not found: {path}")
+    path = require_regular_file(path, "a LETOR file")
     root, entry = _entry_of(path, cache_dir)
     stat = path.stat()
     cached = _load_entry(entry, path)
