@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from differank.datamodules.regular_files import require_regular_file
+
 SPLITS = ("train", "val", "test")
 _SPLIT_ALIASES = {
     "train": "train",
@@ -46,7 +48,8 @@ def _existing(base: Path) -> Path:
     ``x.txt`` and ``x.txt.gz`` present is an error (which one is meant?)."""
     candidates = [base] if base.suffix in (".txt", ".gz") else []
     candidates += [base.with_name(base.name + ".txt"), base.with_name(base.name + ".txt.gz")]
-    found = [c for c in candidates if c.is_file()]
+    # A directory, FIFO, device or link loop under a LETOR name is refused, not passed over.
+    found = [require_regular_file(c, "a LETOR file") for c in candidates if _present(c)]
     if len(found) > 1:
         raise ValueError(
             f"ambiguous LETOR file: both {found[0]} and {found[1]} exist; remove one of them"
@@ -55,6 +58,11 @@ def _existing(base: Path) -> Path:
         return found[0]
     tried = " or ".join(str(c) for c in candidates)
     raise MissingLetorFileError(f"missing LETOR fold file: {tried}")
+
+
+def _present(path: Path) -> bool:
+    """Whether ``path`` names something, a symbolic link (even a looping one) included."""
+    return path.is_symlink() or path.exists()
 
 
 def resolve_fold_files(root, fold: int) -> dict[str, list[Path]]:

@@ -42,6 +42,7 @@ import numpy as np
 
 from differank.datamodules import cache
 from differank.datamodules import letor_text as lt
+from differank.datamodules.regular_files import require_regular_file
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,16 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 _CACHE_VERSION = 3  # 3: values beyond float32's range count as non-finite
 _CHUNK = 32 * 2**20
 _PROBE = 2**18  # the prefix of each file a fold's budget reads before anything is parsed
+# What the memory budget counts besides the dense features (docs/data.md#memory-and-disk-budgets;
+# benchmarks/reader_budget.py measures it against the peak RSS). Per row of the fold: the label
+# (1 byte parsed, 4 as float32), the qid, line number, document-id length and offset (8 bytes
+# each), the document id's bytes (about 8) and the grouping's row order (8).
+_ROW_BYTES = 1 + 4 + 4 * 8 + 8 + 8
+# While a file is parsed: the chunks of text in flight (two scanning, one waiting, one being
+# read) and the scan outputs of all but the one being read (per row: features, label, qid, line
+# number, document-id span).
+_CHUNKS_IN_FLIGHT = 4
+_SCAN_ROW_BYTES = 1 + 4 * 8
 _GZIP_MAGIC = b"\x1f\x8b"
 _MESSAGES = {
     lt.BAD_LABEL: "label {token!r} is not an integer 0..31 written in digits",
@@ -224,9 +235,7 @@ def read_letor_file(path, *, cache_dir=None, verify_hash: bool = False) -> Letor
     ``cache_dir`` None -> :func:`default_cache_dir`; ``verify_hash`` re-hashes the file even
     when its size and mtime match the cache entry.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"LETOR file not found: {path}")
+    path = require_regular_file(path, "a LETOR file")
     root, entry = _entry_of(path, cache_dir)
     stat = path.stat()
     cached = _load_entry(entry, path)
@@ -324,32 +333,69 @@ def _text_size(path: Path) -> int:
         return max(size, int.from_bytes(handle.read(4), "little"))
 
 
-def check_fold_budget(files: dict[str, list[Path]], *, cache_dir=None) -> None:
-    """Before any file of a fold is parsed: the dense float32 matrices of every split, both
-    the parsed copy (each file at its own width) and the normalised copy (every row at the
-    training files' width F), must fit in the available memory, and what a cold start writes
-    to the cache (the files not parsed yet, then the normalised copy) in the cache disk's free
-    space; otherwise a ``ValueError`` gives the numbers and the ways out. Shapes come from the
-    cache entries, or are estimated from each file's first 256 KiB of text."""
-    shapes = {
+def fold_memory_bytes(files: dict[str, list[Path]], *, cache_dir=None) -> int:
+    """The memory budget of a fold (bytes): what :func:`check_fold_budget` asks for."""
+    return sum(_fold_memory(_fold_shapes(files, cache_dir)).values())
+
+
+def _fold_shapes(files: dict[str, list[Path]], cache_dir) -> dict[str, list[tuple]]:
+    """Per split, ``(path, rows, width, cached)`` of each file (see :func:`_planned_shape`)."""
+    return {
         split: [(path, *_planned_shape(path, cache_dir)) for path in paths]
         for split, paths in files.items()
     }
+
+
+def _fold_memory(shapes: dict[str, list[tuple]]) -> dict[str, int]:
+    """The bytes a fold's load holds at its peak, by kind: the parsed copy of every file (its
+    rows x its largest index, float32), the normalised copy of every split (its rows x the
+    training width), the rows' bookkeeping (labels, qids, line numbers, document ids, grouping;
+    ``_ROW_BYTES``) and the buffers of the largest file parsed (chunks of text and their scan
+    outputs)."""
+    every = [shape for split in shapes.values() for shape in split]
+    width = max(shape[2] for shape in shapes.get("train", every))
+    rows = sum(shape[1] for shape in every)
+    parsing = [_parse_buffer_bytes(path, n, f) for path, n, f, cached in every if not cached]
+    return {
+        "parsed": sum(4 * n * f for _, n, f, _ in every),
+        "normalised": 4 * rows * width,
+        "rows": rows * _ROW_BYTES,
+        "parsing": max(parsing, default=0),
+    }
+
+
+def _parse_buffer_bytes(path: Path, rows: int, width: int) -> int:
+    """The chunks of ``path``'s text in flight while it is parsed, with their scan outputs."""
+    text = max(_text_size(path), 1)
+    scanned = min(text, (_CHUNKS_IN_FLIGHT - 1) * _CHUNK)
+    scanned_rows = -(-rows * scanned // text)
+    return min(text, _CHUNKS_IN_FLIGHT * _CHUNK) + scanned_rows * (4 * width + _SCAN_ROW_BYTES)
+
+
+def check_fold_budget(files: dict[str, list[Path]], *, cache_dir=None) -> None:
+    """Before any file of a fold is parsed: the fold's memory (:func:`_fold_memory`: the dense
+    float32 parsed and normalised copies, the rows' bookkeeping and the parse buffers) must fit
+    in the available memory, and what a cold start writes to the cache (the files not parsed
+    yet, then the normalised copy) in the cache disk's free space; otherwise a ``ValueError``
+    gives the numbers and the ways out. Shapes come from the cache entries, or are estimated
+    from each file's first 256 KiB of text."""
+    shapes = _fold_shapes(files, cache_dir)
     every = [shape for split in shapes.values() for shape in split]
     widest = max(every, key=lambda shape: shape[2])
     width = max(shape[2] for shape in shapes.get("train", every))
     rows = sum(shape[1] for shape in every)
-    parsed = sum(4 * n * f for _, n, f, _ in every)
-    normalised = 4 * rows * width
+    memory = _fold_memory(shapes)
     cold = not all(cached for *_, cached in every)
     written = sum(4 * n * f for _, n, f, cached in every if not cached)
     subject = (
         f"{len(every)} files of {rows} rows (widest: {widest[0]}, feature index "
-        f"{widest[2]}) held as dense float32 parsed ({_gib(parsed)}) and normalised to "
-        f"{width} features ({_gib(normalised)})"
+        f"{widest[2]}) held as dense float32 parsed ({_gib(memory['parsed'])}) and normalised "
+        f"to {width} features ({_gib(memory['normalised'])}), with the rows' labels, qids, "
+        f"line numbers and document ids ({_gib(memory['rows'])}) and the parse buffers "
+        f"({_gib(memory['parsing'])}),"
     )
-    disk = written + (normalised if cold else 0)
-    _check_budget(subject, parsed + normalised, disk, _entry_of(widest[0], cache_dir)[0])
+    disk = written + (memory["normalised"] if cold else 0)
+    _check_budget(subject, sum(memory.values()), disk, _entry_of(widest[0], cache_dir)[0])
 
 
 # ---- parsing -----------------------------------------------------------------------------------
@@ -703,11 +749,16 @@ def _gather_spans(chunk: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.n
 
 
 def _check_dense_fits(path: Path, n_rows: int, n_features: int, cache_root: Path | None) -> None:
-    """One file's dense matrix against the budget (its disk part only while ``cache_root`` is
-    given: once counted, the bytes are already written)."""
-    need = 4 * n_rows * n_features
-    subject = f"{path}: {n_rows} rows x {n_features} features as a dense float32 matrix"
-    _check_budget(subject, need, need if cache_root else 0, cache_root or path.parent)
+    """One file's dense matrix, its rows' bookkeeping and its parse buffers against the budget
+    (its disk part, the matrix, only while ``cache_root`` is given: once counted, the bytes are
+    already written)."""
+    matrix = 4 * n_rows * n_features
+    need = matrix + n_rows * _ROW_BYTES + _parse_buffer_bytes(path, n_rows, n_features)
+    subject = (
+        f"{path}: {n_rows} rows x {n_features} features as a dense float32 matrix, with the "
+        "rows' bookkeeping and the parse buffers,"
+    )
+    _check_budget(subject, need, matrix if cache_root else 0, cache_root or path.parent)
 
 
 # ---- the cache ----------------------------------------------------------------------------------

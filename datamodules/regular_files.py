@@ -9,6 +9,7 @@ Public API::
 
 from __future__ import annotations
 
+import errno
 import stat
 from pathlib import Path
 
@@ -23,10 +24,18 @@ _KINDS = (
 
 def require_regular_file(path: str | Path, what: str) -> Path:
     """``path`` when it is a regular file (symbolic links followed). A missing path raises
-    ``FileNotFoundError``; any other kind of file a ``ValueError`` naming the path, what it is
-    and ``what`` it should have been (e.g. ``"a scores file"``); it is never opened."""
+    ``FileNotFoundError``; any other kind of file (a symbolic link loop included) a
+    ``ValueError`` naming the path, what it is and ``what`` it should have been (e.g.
+    ``"a scores file"``); it is never opened."""
     path = Path(path)
-    mode = path.stat().st_mode  # stat never blocks, not even on a FIFO
+    try:
+        mode = path.stat().st_mode  # stat never blocks, not even on a FIFO
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+        raise ValueError(
+            f"{path} is a symbolic link loop, not a regular file: {what} must be a regular file"
+        ) from None
     if stat.S_ISREG(mode):
         return path
     kind = next((name for test, name in _KINDS if test(mode)), f"of file mode {mode:o}")

@@ -7,21 +7,20 @@ from __future__ import annotations
 import torch
 
 from differank.losses.algorithms.dcg import dcg_gains, ideal_dcg
-from differank.losses.approx_ndcg import check_positive
 from differank.losses.inputs import finite_scores, list_inputs, list_loss, nan_for_nonfinite_scores
 from differank.losses.module_form import LossModule
+from differank.losses.options import OPTIONAL_COUNT, POSITIVE
 from differank.losses.reduction import check_reduction, reduce_queries
 
 METRICS = ("ndcg", "map", "mrr", "precision")
 
 
 def check_metric_options(metric: str, k: int | None, temperature: float) -> None:
-    """Raise ValueError for an unknown metric, ``k < 1`` or ``temperature <= 0``."""
+    """Raise ValueError for an unknown metric, ``k < 1`` or a temperature not finite and > 0."""
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-        raise ValueError(f"k must be a positive int or None, got {k!r}")
-    check_positive("temperature", temperature)
+    OPTIONAL_COUNT.check("approx_metric_loss", k=k)
+    POSITIVE.check("approx_metric_loss", temperature=temperature)
 
 
 @list_loss()

@@ -9,14 +9,8 @@ from differank.losses.algorithms.chunks import query_chunks
 from differank.losses.algorithms.dcg import dcg_gains, ideal_dcg
 from differank.losses.inputs import finite_scores, list_inputs, list_loss, nan_for_nonfinite_scores
 from differank.losses.module_form import LossModule
+from differank.losses.options import NON_NEGATIVE, POSITIVE
 from differank.losses.reduction import check_reduction, reduce_queries
-
-
-def check_positive(name: str, value: float) -> float:
-    """``float(value)`` if it is > 0, else a ValueError naming the option."""
-    if not value > 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
-    return float(value)
 
 
 def _beaten_probabilities(scaled: torch.Tensor, real: torch.Tensor, eps: float) -> torch.Tensor:
@@ -103,7 +97,8 @@ def approx_ndcg_loss(
         tensor(-1.)
     """
     check_reduction(reduction)
-    check_positive("alpha", alpha)
+    POSITIVE.check("approx_ndcg_loss", alpha=alpha)
+    NON_NEGATIVE.check("approx_ndcg_loss", eps=eps)
     scores, labels, mask, valid = list_inputs(scores, labels, mask)
     safe = finite_scores(scores, mask)
     gains = dcg_gains(labels, mask)

@@ -45,7 +45,12 @@ from differank.losses.inputs import (
     nonempty_lists,
     single_query,
 )
-from differank.losses.options import keyword_options
+from differank.losses.options import (
+    NON_NEGATIVE,
+    OPTIONAL_COUNT,
+    OPTIONAL_POSITIVE,
+    keyword_options,
+)
 from differank.losses.reduction import check_reduction, reduce_queries
 
 __all__ = ["ConeLoss", "ConeOptions", "cone_fold_in", "cone_loss", "normalise_differences"]
@@ -93,18 +98,13 @@ class ConeOptions(FoldInOptions):
         super().__post_init__()
         if self.weighting not in WEIGHTINGS:
             raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {self.weighting!r}")
-        if self.alpha < 0:
-            raise ValueError(f"alpha must be >= 0, got {self.alpha}")
-        if self.rho is not None and self.rho <= 0:
-            raise ValueError(f"rho must be > 0, got {self.rho}")
-        pairs = self.max_pairs_per_query
-        if pairs is not None and pairs < 1:
-            raise ValueError(f"max_pairs_per_query must be >= 1 or None, got {pairs}")
-        iterations = self.static_iterations
-        if iterations is not None and (
-            isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1
-        ):
-            raise ValueError(f"static_iterations must be None or an int >= 1, got {iterations!r}")
+        NON_NEGATIVE.check("cone_loss", alpha=self.alpha)
+        OPTIONAL_POSITIVE.check("cone_loss", rho=self.rho)
+        OPTIONAL_COUNT.check(
+            "cone_loss",
+            max_pairs_per_query=self.max_pairs_per_query,
+            static_iterations=self.static_iterations,
+        )
 
 
 def normalise_differences(z: torch.Tensor, alpha: float, rho: float) -> torch.Tensor:

@@ -31,7 +31,7 @@ from differank.losses.inputs import (
     nan_for_nonfinite_scores,
     single_query,
 )
-from differank.losses.options import keyword_options
+from differank.losses.options import COUNT, FINITE, OPTIONAL_COUNT, keyword_options
 from differank.losses.reduction import check_reduction, reduce_queries
 
 SPACES = ("permutations", "pairs")
@@ -69,19 +69,17 @@ class ConvexOptions:
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        for name in ("num_samples", "walk_length", "num_levels"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        chains, k = self.num_chains, self.ndcg_k
-        if chains is not None and (not isinstance(chains, int) or chains < 1):
-            raise ValueError(f"num_chains must be None or an int >= 1, got {chains!r}")
-        if k is not None and (not isinstance(k, int) or k < 1):
-            raise ValueError(f"ndcg_k must be None (full list) or an int >= 1, got {k!r}")
-        skew = self.restart_skew
-        if not isinstance(skew, (int, float)) or skew != skew:
-            raise ValueError(f"restart_skew must be a finite number, got {skew!r}")
-        object.__setattr__(self, "restart_skew", float(skew))  # frozen: the one normalisation
+        COUNT.check(
+            "convex_loss",
+            num_samples=self.num_samples,
+            walk_length=self.walk_length,
+            num_levels=self.num_levels,
+        )
+        # ndcg_k None: the full list
+        OPTIONAL_COUNT.check("convex_loss", num_chains=self.num_chains, ndcg_k=self.ndcg_k)
+        FINITE.check("convex_loss", restart_skew=self.restart_skew)
+        # frozen: the one normalisation
+        object.__setattr__(self, "restart_skew", float(self.restart_skew))
         if self.space == "pairs" and (self.delta != "auc" or self.objective == "expgain"):
             raise ValueError(
                 'space="pairs" (the closed form of '

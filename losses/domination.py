@@ -30,6 +30,7 @@ from differank.losses.inputs import (
     may_read_values,
     nan_for_nonfinite_scores,
 )
+from differank.losses.options import FINITE
 from differank.losses.reduction import check_reduction, reduce_queries
 
 
@@ -156,6 +157,7 @@ def domination_loss(
     """
     check_list_inputs(scores, labels, mask)
     check_reduction(reduction)
+    FINITE.check("domination_loss", margin_scale=margin_scale, margin_offset=margin_offset)
     pairwise_shape = scores.shape + scores.shape[-1:]
     if margins is not None and margins.shape not in (scores.shape, pairwise_shape):
         raise ValueError(
@@ -252,9 +254,7 @@ class DominationLoss(nn.Module):
     ) -> None:
         super().__init__()
         self.reduction = check_reduction(reduction)
-        for name, value in (("margin_scale", margin_scale), ("margin_offset", margin_offset)):
-            if not isinstance(value, (int, float)) or value != value or abs(value) == float("inf"):
-                raise ValueError(f"{name} must be a finite number, got {value!r}")
+        FINITE.check("DominationLoss", margin_scale=margin_scale, margin_offset=margin_offset)
         self.margin_scale, self.margin_offset = float(margin_scale), float(margin_offset)
         self.flat, self.pool = bool(flat), bool(pool)
         matrix = None

@@ -26,6 +26,7 @@ from differank.losses.inputs import (
     nan_for_nonfinite_scores,
 )
 from differank.losses.module_form import LossModule
+from differank.losses.options import COUNT
 from differank.losses.reduction import check_reduction, reduce_queries
 
 YSTARS = ("compatible", "index")
@@ -33,10 +34,7 @@ SOLVERS = ("dp", "assignment")
 
 
 def _check_options(k: int, ystar: str, solver: str, num_levels: int) -> None:
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k (the NDCG truncation) must be an integer >= 1, got {k!r}")
-    if isinstance(num_levels, bool) or not isinstance(num_levels, int) or num_levels < 1:
-        raise ValueError(f"num_levels must be an integer >= 1, got {num_levels!r}")
+    COUNT.check("structured_hinge_loss", k=k, num_levels=num_levels)  # k: the NDCG truncation
     if ystar not in YSTARS:
         raise ValueError(f"ystar must be one of {YSTARS}, got {ystar!r}")
     if solver not in SOLVERS:

@@ -11,6 +11,7 @@ from differank.losses.algorithms.chunks import query_chunks
 from differank.losses.algorithms.dcg import dcg_gains, ideal_dcg, position_discounts
 from differank.losses.inputs import finite_scores, list_inputs, list_loss, nan_for_nonfinite_scores
 from differank.losses.module_form import LossModule
+from differank.losses.options import NON_NEGATIVE, OPTIONAL_COUNT, POSITIVE
 from differank.losses.reduction import check_reduction, reduce_queries
 
 WEIGHTINGS = (
@@ -25,16 +26,18 @@ WEIGHTINGS = (
 LOGARITHMS = ("binary", "natural")
 
 
-def check_lambda_options(weighting: str, k: int | None, sigma: float, logarithm: str) -> None:
-    """Raise ValueError for an unknown weighting or logarithm, ``k < 1`` or ``sigma <= 0``."""
+def check_lambda_options(
+    weighting: str, k: int | None, sigma: float, mu: float, eps: float, logarithm: str
+) -> None:
+    """Raise ValueError for an unknown weighting or logarithm, ``k < 1``, or ``sigma``,
+    ``mu``, ``eps`` out of range (finite; ``sigma``, ``eps`` > 0, ``mu`` >= 0)."""
     if weighting not in WEIGHTINGS:
         raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
     if logarithm not in LOGARITHMS:
         raise ValueError(f"logarithm must be one of {LOGARITHMS}, got {logarithm!r}")
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-        raise ValueError(f"k must be a positive int or None, got {k!r}")
-    if not sigma > 0:
-        raise ValueError(f"sigma must be > 0, got {sigma!r}")
+    OPTIONAL_COUNT.check("lambda_loss", k=k)
+    POSITIVE.check("lambda_loss", sigma=sigma, eps=eps)  # eps > 0: its log is taken
+    NON_NEGATIVE.check("lambda_loss", mu=mu)
 
 
 def _position_weights(weighting: str, n: int, mu: float, like: torch.Tensor) -> torch.Tensor:
@@ -163,7 +166,7 @@ def lambda_loss(
         tensor(1.8946)
     """
     check_reduction(reduction)
-    check_lambda_options(weighting, k, sigma, logarithm)
+    check_lambda_options(weighting, k, sigma, mu, eps, logarithm)
     scores, labels, mask, valid = list_inputs(scores, labels, mask)
     safe = finite_scores(scores, mask)
     gains = dcg_gains(labels, mask)

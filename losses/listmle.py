@@ -7,17 +7,17 @@ import torch
 
 from differank.losses.inputs import list_inputs, list_loss, query_documents
 from differank.losses.module_form import LossModule
+from differank.losses.options import NON_NEGATIVE
 from differank.losses.reduction import check_reduction, reduce_queries
 
 TIES = ("random", "index")
 
 
 def check_listmle_options(ties: str, eps: float) -> None:
-    """Raise ValueError for an unknown tie rule or ``eps < 0``."""
+    """Raise ValueError for an unknown tie rule or an ``eps`` not finite and >= 0."""
     if ties not in TIES:
         raise ValueError(f"ties must be one of {TIES}, got {ties!r}")
-    if not eps >= 0:
-        raise ValueError(f"eps must be >= 0, got {eps!r}")
+    NON_NEGATIVE.check("listmle_loss", eps=eps)
 
 
 def reversed_label_order(

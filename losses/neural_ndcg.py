@@ -12,25 +12,28 @@ from differank.losses.algorithms.soft_sorting import (
     position_mask,
     sinkhorn_scalings,
 )
-from differank.losses.approx_ndcg import check_positive
 from differank.losses.inputs import finite_scores, list_inputs, list_loss, nan_for_nonfinite_scores
 from differank.losses.module_form import LossModule
+from differank.losses.options import COUNT, NON_NEGATIVE, OPTIONAL_COUNT, POSITIVE
 from differank.losses.reduction import check_reduction, reduce_queries
 
 IDCG_EPS = 1e-10  # allRank's DEFAULT_EPS added to the ideal DCG
 
 
-def check_neural_options(k: int | None, n_samples: int, iterations: int, tolerance: float) -> None:
-    """Raise ValueError for ``k < 1``, ``n_samples < 1``, ``iterations < 1`` or a negative
-    tolerance."""
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-        raise ValueError(f"k must be a positive int or None, got {k!r}")
-    if n_samples < 1:
-        raise ValueError(f"n_samples must be >= 1, got {n_samples!r}")
-    if iterations < 1:
-        raise ValueError(f"sinkhorn_iterations must be >= 1, got {iterations!r}")
-    if not tolerance >= 0:
-        raise ValueError(f"sinkhorn_tolerance must be >= 0, got {tolerance!r}")
+def check_neural_options(
+    temperature: float,
+    k: int | None,
+    n_samples: int,
+    beta: float,
+    iterations: int,
+    tolerance: float,
+) -> None:
+    """Raise ValueError for a temperature not > 0, ``k``, ``n_samples`` or ``iterations`` < 1,
+    or a negative ``beta`` or tolerance (each finite)."""
+    POSITIVE.check("neural_ndcg_loss", temperature=temperature)
+    OPTIONAL_COUNT.check("neural_ndcg_loss", k=k)
+    COUNT.check("neural_ndcg_loss", n_samples=n_samples, sinkhorn_iterations=iterations)
+    NON_NEGATIVE.check("neural_ndcg_loss", beta=beta, sinkhorn_tolerance=tolerance)
 
 
 @list_loss()
@@ -79,8 +82,7 @@ def neural_ndcg_loss(
         tensor(-1.)
     """
     check_reduction(reduction)
-    check_positive("temperature", temperature)
-    check_neural_options(k, n_samples, sinkhorn_iterations, sinkhorn_tolerance)
+    check_neural_options(temperature, k, n_samples, beta, sinkhorn_iterations, sinkhorn_tolerance)
     scores, labels, mask, valid = list_inputs(scores, labels, mask)
     safe = finite_scores(scores, mask)
     gains = dcg_gains(labels, mask, powered=powered_relevancies)

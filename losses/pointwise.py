@@ -19,6 +19,7 @@ from differank.losses.inputs import (
     nan_for_nonfinite_scores,
 )
 from differank.losses.module_form import LossModule
+from differank.losses.options import COUNT, POSITIVE
 from differank.losses.reduction import check_reduction, reduce_queries
 
 
@@ -65,8 +66,7 @@ def sigmoid_bce_loss(
         ...                  torch.tensor([[True, True]]))
         tensor(1.3863)
     """
-    if not max_label > 0:
-        raise ValueError(f"max_label must be > 0, got {max_label!r}")
+    POSITIVE.check("sigmoid_bce_loss", max_label=max_label)
 
     def document_loss(safe, real_labels):
         targets = (real_labels / max_label).clamp(0.0, 1.0)
@@ -101,8 +101,7 @@ def mse_loss(
 def check_ordinal_options(n: int, thresholds: Sequence[float] | torch.Tensor | None) -> None:
     """Raise ValueError for ``n < 1`` or thresholds that are not ``n`` increasing finite values
     (a tensor's values are read only on the CPU eager path)."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n (the number of label levels above 0) must be an int >= 1, got {n!r}")
+    COUNT.check("ordinal_loss", n=n)  # n: the number of label levels above 0
     if thresholds is None:
         return
     count = thresholds.numel() if isinstance(thresholds, torch.Tensor) else len(thresholds)

@@ -7,6 +7,7 @@ import torch
 
 from differank.losses.inputs import list_inputs, list_loss, query_documents
 from differank.losses.module_form import LossModule
+from differank.losses.options import FINITE
 from differank.losses.reduction import check_reduction, reduce_queries
 
 
@@ -99,6 +100,7 @@ def poly1_softmax_loss(
         tensor(1.1931)
     """
     check_reduction(reduction)
+    FINITE.check("poly1_softmax_loss", epsilon=epsilon)
     return reduce_queries(*_softmax_per_query(scores, labels, mask, epsilon), reduction)
 
 

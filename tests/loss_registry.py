@@ -11,7 +11,7 @@ satisfy is written in ``cannot`` (check -> reason): the suite then expects that 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -142,6 +142,9 @@ class LossCase:
     cannot: Mapping[str, str] = field(default_factory=dict)
     # check -> why it is too slow for the default suite (marked @pytest.mark.slow)
     slow: Mapping[str, str] = field(default_factory=dict)
+    # each numeric option -> values the loss must refuse by name besides NaN and +-inf
+    # (tests/losses/test_loss_options.py); one entry per loss function lists them
+    refuses: Mapping[str, Sequence[Any]] = field(default_factory=dict)
     # how far the half-precision check scales the scores: large enough that fp16 pair sums would
     # overflow, small enough that the loss's own gradient is representable in fp16
     half_scale: float = 1e4
@@ -194,6 +197,8 @@ LISTMLE_TIES_BY_INDEX = (
     'ties="index" orders tied labels by their slot, so permuting tied documents changes the '
     'Plackett-Luce order it scores (ties="random", the default, averages over tie orders)'
 )
+# eps > 0: lambda_loss takes its log (eps=0 was "math domain error")
+LAMBDA_REFUSES = {"k": [0], "sigma": [0.0], "mu": [-1.0], "eps": [0.0, -1e-10]}
 SAMPLER_WALKS_SLOTS = (
     "the sampler walks over slot positions: other slots (a permutation, extra padded columns) "
     "draw other orders from the same seed, so the estimate moves (it is exact only once every "
@@ -233,7 +238,13 @@ CASES: dict[str, LossCase] = {
         LossCase(
             "listnet", listnet_loss, ListNetLoss, oracles.per_query_oracle(oracles.listnet_oracle)
         ),
-        LossCase("domination", domination_loss, DominationLoss, _domination_oracle()),
+        LossCase(
+            "domination",
+            domination_loss,
+            DominationLoss,
+            _domination_oracle(),
+            refuses={"margin_scale": [], "margin_offset": []},
+        ),
         LossCase(
             "domination_flat",
             domination_loss,
@@ -264,6 +275,7 @@ CASES: dict[str, LossCase] = {
             StructuredHingeLoss,
             oracles.per_query_oracle(partial(oracles.hinge_query_oracle, k=3)),
             options={"k": 3},
+            refuses={"k": [0, True], "num_levels": [0]},
         ),
         LossCase(
             "hinge_assignment",
@@ -285,6 +297,14 @@ CASES: dict[str, LossCase] = {
             stochastic=True,
             cannot={"permutation": SAMPLER_WALKS_SLOTS, "padding_width": SAMPLER_WALKS_SLOTS},
             slow={"compile": "the sampler's graph takes ~8 s to compile on 2 cores"},
+            refuses={
+                "num_samples": [0],
+                "walk_length": [0],
+                "num_levels": [0],
+                "num_chains": [0],
+                "ndcg_k": [0],
+                "restart_skew": [],
+            },
         ),
         LossCase(
             "convex_pairs",
@@ -304,6 +324,14 @@ CASES: dict[str, LossCase] = {
             feature_dim=4,
             rtol=1e-6,
             atol=1e-9,
+            refuses={
+                "alpha": [-1.0],
+                "rho": [0.0],
+                "max_pairs_per_query": [0],
+                "static_iterations": [0, 1.5],
+                "max_iter": [0],
+                "tol": [-1e-9],
+            },
         ),
         LossCase(
             "cone_orthant",
@@ -325,6 +353,7 @@ CASES: dict[str, LossCase] = {
                 partial(oracles_standard.lambda_loss_oracle, weighting=weighting),
                 options={"weighting": weighting},
                 slow={} if weighting == "ndcgLoss2++" else {"compile": LAMBDA_VARIANT},
+                refuses=LAMBDA_REFUSES if weighting == "ndcgLoss2++" else {},
             )
             for weighting in WEIGHTINGS
         ),
@@ -333,6 +362,7 @@ CASES: dict[str, LossCase] = {
             approx_ndcg_loss,
             ApproxNDCGLoss,
             oracles_standard.approx_ndcg_oracle,
+            refuses={"alpha": [0.0], "eps": [-1e-3]},
         ),
         LossCase(
             "neuralndcg",
@@ -340,6 +370,14 @@ CASES: dict[str, LossCase] = {
             NeuralNDCGLoss,
             oracles_standard.neural_ndcg_oracle,
             rtol=1e-6,
+            refuses={
+                "temperature": [0.0],
+                "k": [0],
+                "n_samples": [0],
+                "beta": [-0.1],
+                "sinkhorn_tolerance": [-1e-6],
+                "sinkhorn_iterations": [0],
+            },
         ),
         LossCase(
             "listmle",
@@ -348,12 +386,23 @@ CASES: dict[str, LossCase] = {
             partial(oracles_standard.listmle_oracle, ties="index"),
             options={"ties": "index"},
             cannot={"permutation": LISTMLE_TIES_BY_INDEX},
+            refuses={"eps": [-1.0]},
         ),
         LossCase("softmax", softmax_loss, SoftmaxLoss, oracles_standard.softmax_oracle),
         LossCase(
-            "poly1", poly1_softmax_loss, Poly1SoftmaxLoss, oracles_standard.poly1_softmax_oracle
+            "poly1",
+            poly1_softmax_loss,
+            Poly1SoftmaxLoss,
+            oracles_standard.poly1_softmax_oracle,
+            refuses={"epsilon": []},
         ),
-        LossCase("bce", sigmoid_bce_loss, SigmoidBCELoss, oracles_standard.sigmoid_bce_oracle),
+        LossCase(
+            "bce",
+            sigmoid_bce_loss,
+            SigmoidBCELoss,
+            oracles_standard.sigmoid_bce_oracle,
+            refuses={"max_label": [0.0]},
+        ),
         # the squared error's gradient 2(s - l) leaves fp16's range (65504) at scores of 3e4
         LossCase("mse", mse_loss, MSELoss, oracles_standard.mse_oracle, half_scale=1e3),
         LossCase(
@@ -362,6 +411,7 @@ CASES: dict[str, LossCase] = {
             OrdinalLoss,
             partial(oracles_standard.ordinal_oracle, n=2),
             options={"n": 2},
+            refuses={"n": [0]},
         ),
         LossCase(
             "ordinal_thresholds",
@@ -379,6 +429,7 @@ CASES: dict[str, LossCase] = {
                 partial(oracles_standard.approx_metric_oracle, metric=metric),
                 options={"metric": metric},
                 slow={} if metric == "ndcg" else {"compile": "a variant of approx_ndcg"},
+                refuses={"k": [0, 2.0], "temperature": [0.0, -1.0]} if metric == "ndcg" else {},
             )
             for metric in ("ndcg", "map", "mrr", "precision")
         ),

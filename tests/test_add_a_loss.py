@@ -33,6 +33,7 @@ from differank.losses.inputs import (
     nan_for_nonfinite_scores,
 )
 from differank.losses.module_form import LossModule
+from differank.losses.options import POSITIVE
 from differank.losses.reduction import check_reduction, reduce_queries
 
 
@@ -55,8 +56,7 @@ def foo_loss(
         tensor(4.)
     """
     check_reduction(reduction)
-    if not scale > 0:
-        raise ValueError(f"scale must be > 0, got {scale!r}")
+    POSITIVE.check("foo_loss", scale=scale)
     scores, labels, mask, valid = list_inputs(scores, labels, mask)
     safe = finite_scores(scores, mask)
     per_query = scale * torch.where(mask, (safe - labels).square(), 0.0).sum(dim=-1)
@@ -82,6 +82,7 @@ TOY_REGISTRY_ENTRY = """        # fp16 holds its gradient 2(s - l) up to scores 
             FooLoss,
             oracles.per_query_oracle(lambda s, y: ((s - y) ** 2).sum()),
             half_scale=1e3,
+            refuses={"scale": [0.0]},
         ),
 """
 
@@ -181,6 +182,7 @@ def test_a_foo_loss_takes_five_files_and_passes_the_suite(tmp_path):
         "no:cacheprovider",
         "tests/losses/test_loss_contract.py",
         "tests/losses/test_loss_api.py",
+        "tests/losses/test_loss_options.py",
         "tests/test_configs.py",
         "tests/test_docs.py",
         "tests/test_doctests.py",

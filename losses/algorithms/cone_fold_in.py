@@ -19,7 +19,7 @@ from differank.losses.algorithms.cone_active_set import (
     active_set_fold_in,
     static_active_set_fold_in,
 )
-from differank.losses.options import keyword_options
+from differank.losses.options import COUNT, NON_NEGATIVE, keyword_options
 
 CONSTRAINTS = ("simplex", "cone", "band")
 SOLVERS = ("active_set", "fista", "sg", "eg")
@@ -50,10 +50,8 @@ class FoldInOptions:
         lower, upper = band
         if not 0.0 <= lower <= upper or math.isinf(lower):
             raise ValueError(f"band must satisfy 0 <= lower <= upper, got {band}")
-        if self.max_iter < 1:
-            raise ValueError(f"max_iter must be >= 1, got {self.max_iter}")
-        if self.tol < 0:
-            raise ValueError(f"tol must be >= 0, got {self.tol}")
+        COUNT.check("cone_fold_in", max_iter=self.max_iter)
+        NON_NEGATIVE.check("cone_fold_in", tol=self.tol)
 
 
 def project_simplex(values: torch.Tensor, total: float | torch.Tensor = 1.0) -> torch.Tensor:

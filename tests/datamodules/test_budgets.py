@@ -41,13 +41,18 @@ def test_a_sparse_index_of_ten_million_is_refused_before_any_big_allocation(tmp_
     finally:
         tracemalloc.stop()
     message = str(refused.value)
-    # 24 training rows x 10^7 parsed + (24 + 4 + 4) rows x 10^7 normalised, float32
+    # 24 training rows x 10^7 parsed + (24 + 4 + 4) rows x 10^7 normalised, float32; the
+    # rows' bookkeeping; parsing train.txt scans its whole text at once into 24 x 10^7 floats
     parsed = 4 * (24 * 10**7 + 2 * 4 * 2)
     normalised = 4 * 32 * 10**7
+    rows = 32 * reader._ROW_BYTES
+    parsing = (root / "Fold1" / "train.txt").stat().st_size + 24 * (4 * 10**7 + 33)
     assert "train.txt, feature index 10000000" in message
     assert f"parsed ({parsed / GiB:.2f} GiB)" in message
     assert f"normalised to 10000000 features ({normalised / GiB:.2f} GiB)" in message
-    assert f"need {(parsed + normalised) / GiB:.2f} GiB of memory, but 2.00 GiB" in message
+    assert f"document ids ({rows / GiB:.2f} GiB) and the parse buffers ({parsing / GiB:.2f} GiB)"
+    need = parsed + normalised + rows + parsing
+    assert f"need {need / GiB:.2f} GiB of memory, but 2.00 GiB" in message
     assert "renumber the features densely" in message
     assert peak < 64 * 2**20  # nothing near the 2.1 GiB the matrices would take
     assert not any((tmp_path / "cache").rglob("*.npy"))  # and nothing written to the cache
@@ -91,3 +96,28 @@ def test_a_gzipped_file_is_estimated_at_its_text_size(tmp_path):
     path.write_bytes(gzip.compress(text))
     assert path.stat().st_size < 100_000
     assert reader._text_size(path) == len(text)
+
+
+def test_the_budget_counts_the_rows_not_only_the_features(tmp_path):
+    """A narrow fold (one feature) is mostly bookkeeping: labels, qids, line numbers, document
+    ids, grouping. The budget counts them and stays within 1.5x of what the load allocates
+    (traced by tracemalloc: numpy's arrays; benchmarks/reader_budget.py measures the RSS)."""
+    fold = tmp_path / "data" / "Fold1"
+    fold.mkdir(parents=True)
+    rows = 200_000
+    lines = (f"{i % 3} qid:{i // 20} 1:0.{i % 997} #docid = D{i}\n" for i in range(rows))
+    (fold / "train.txt").write_text("".join(lines))
+    (fold / "vali.txt").write_bytes(b"2 qid:1 1:0.5\n0 qid:1 1:0.1\n")
+    (fold / "test.txt").write_bytes(b"2 qid:1 1:0.5\n0 qid:1 1:0.1\n")
+    files = {split: [fold / f"{name}.txt"] for split, name in
+             (("train", "train"), ("val", "vali"), ("test", "test"))}  # fmt: skip
+    budget = reader.fold_memory_bytes(files, cache_dir=tmp_path / "cache")
+    features_only = 2 * 4 * (rows + 8)  # parsed and normalised, one feature
+    assert budget > 10 * features_only
+    tracemalloc.start()
+    try:
+        LetorDataModule(root=tmp_path / "data", cache_dir=tmp_path / "cache").setup()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert budget / 1.5 <= peak <= 1.5 * budget, (budget, peak)

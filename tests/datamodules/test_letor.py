@@ -65,6 +65,25 @@ def module(root, **options):
     return LetorDataModule(root, **options)
 
 
+@pytest.mark.parametrize("kind", ["directory", "fifo", "device", "loop"])
+def test_a_fold_file_that_is_not_a_regular_file_is_named_not_missing(tmp_path, kind):
+    root = tmp_path / "folds"
+    write_letor(root / "Fold1" / "train.txt", *make_part(1, 1))
+    write_letor(root / "Fold1" / "test.txt", *make_part(2, 50))
+    vali = root / "Fold1" / "vali.txt"
+    what = {"directory": "a directory", "fifo": r"a FIFO \(named pipe\)"}
+    what |= {"device": "a character device", "loop": "a symbolic link loop"}
+    if kind == "directory":
+        vali.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(vali)
+    else:
+        vali.symlink_to(os.devnull if kind == "device" else vali.name)
+    with pytest.raises(ValueError, match=f"vali.txt is {what[kind]}, not a regular file") as info:
+        resolve_fold_files(root, 1)
+    assert not isinstance(info.value, FileNotFoundError)
+
+
 def test_folds_tsv_matches_the_letor_table():
     assert FOLDS_TSV.splitlines()[1].split() == ["Fold1", "S1,S2,S3", "S4", "S5"]
     assert FOLDS_TSV.splitlines()[5].split() == ["Fold5", "S5,S1,S2", "S3", "S4"]

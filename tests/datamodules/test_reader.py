@@ -6,6 +6,7 @@ import logging
 import math
 import os
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -421,3 +422,47 @@ def test_a_failed_parse_leaves_no_partial_cache_entry(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="bad.txt:43: feature value in '1:x'"):
         read_letor_file(path, cache_dir=tmp_path / "c")
     assert not any((tmp_path / "c" / "letor").iterdir())
+
+
+def _within(seconds, call):
+    """``call()``'s outcome (its value or its exception), or None when it still runs after
+    ``seconds`` (it blocked, e.g. opening a FIFO nobody writes to)."""
+    outcome = []
+
+    def run():
+        try:
+            outcome.append(call())
+        except Exception as error:  # noqa: BLE001 - handed to the test to inspect
+            outcome.append(error)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    return outcome[0] if outcome else None
+
+
+def _not_regular(tmp_path, kind):
+    """A path under a LETOR file's name that is ``kind`` and what the error calls it."""
+    path = tmp_path / f"{kind}.txt"
+    if kind == "directory":
+        path.mkdir()
+        return path, "a directory"
+    if kind == "fifo":
+        os.mkfifo(path)
+        return path, r"a FIFO \(named pipe\)"
+    if kind == "device":
+        path.symlink_to(os.devnull)
+        return path, "a character device"
+    path.symlink_to(path.name)  # "loop": the link points at itself
+    return path, "a symbolic link loop"
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "device", "loop"])
+def test_a_letor_file_that_is_not_a_regular_file_is_refused_without_blocking(tmp_path, kind):
+    path, what = _not_regular(tmp_path, kind)
+    error = _within(20, lambda: read(path))
+    if error is None and kind == "fifo":  # unblock the reader so the thread can end
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    assert isinstance(error, ValueError), f"read_letor_file blocked or returned {error!r}"
+    assert re.search(f"{re.escape(str(path))} is {what}, not a regular file", str(error))
+    assert "a LETOR file must be a regular file" in str(error)
