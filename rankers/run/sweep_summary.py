@@ -15,6 +15,7 @@ harness beside ``rankers/training/module.py``: it imports Hydra and Rich, never 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import statistics
 import time
@@ -28,7 +29,7 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
-from differank.datamodules.atomic_files import write_file
+from differank.datamodules.atomic_files import write_file, write_files
 
 # The overrides a setting is repeated over, and the column counting each one's values.
 REPEATS = {"data.fold": "folds", "seed": "seeds"}
@@ -65,40 +66,44 @@ class SweepSummary(Callback):
         if not rows:
             return
         columns = list(dict.fromkeys(key for row in rows for key in row))
-        with open(sweep_dir / f"{self.filename}.csv", "w", newline="") as handle:
-            writer = csv.DictWriter(handle, columns)
-            writer.writeheader()
-            writer.writerows(rows)
+        table_csv = io.StringIO(newline="")
+        writer = csv.DictWriter(table_csv, columns)
+        writer.writeheader()
+        writer.writerows(rows)
         lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         lines += ["| " + " | ".join(_cell(row.get(c)) for c in columns) + " |" for row in rows]
         caption = f"Overrides of every job: `{' '.join(common) or '(none)'}`"
-        (sweep_dir / f"{self.filename}.md").write_text("\n".join([caption, "", *lines]) + "\n")
+        markdown = "\n".join([caption, "", *lines]) + "\n"
+        files = {sweep_dir / f"{self.filename}.csv": table_csv.getvalue()}
         table = Table(*columns, title=f"sweep summary: {sweep_dir}", caption=caption)
         for row in rows:
             table.add_row(*(_cell(row.get(c)) for c in columns))
         Console(width=max(120, 14 * len(columns))).print(table)
         settings = over_runs(rows)
         if any(setting["runs"] > 1 for setting in settings):
-            self._write_over_runs(sweep_dir, settings)
+            mean_std_csv, mean_std_markdown = self._over_runs_files(settings)
+            files[sweep_dir / f"{self.filename}_mean_std.csv"] = mean_std_csv
+            markdown += mean_std_markdown
+        files[sweep_dir / f"{self.filename}.md"] = markdown
+        write_files(files)  # the summary is whole or absent
 
-    def _write_over_runs(self, sweep_dir: Path, settings: list[dict[str, Any]]) -> None:
-        """``summary_mean_std.csv`` (mean and std columns) and a mean ± std table appended to
-        ``summary.md`` and printed."""
+    def _over_runs_files(self, settings: list[dict[str, Any]]) -> tuple[str, str]:
+        """The text of ``summary_mean_std.csv`` (mean and std columns) and of the mean ± std
+        table appended to ``summary.md``; the table is also printed."""
         columns = list(dict.fromkeys(key for row in settings for key in row))
-        with open(sweep_dir / f"{self.filename}_mean_std.csv", "w", newline="") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(_flat_header(columns))
-            writer.writerows(_flat_row(row, columns) for row in settings)
+        mean_std_csv = io.StringIO(newline="")
+        writer = csv.writer(mean_std_csv)
+        writer.writerow(_flat_header(columns))
+        writer.writerows(_flat_row(row, columns) for row in settings)
         cells = [[_spread(row.get(c)) for c in columns] for row in settings]
         title = "Mean ± std over folds and seeds (std: sample standard deviation, n − 1)"
         lines = ["", title, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         lines += ["| " + " | ".join(row) + " |" for row in cells]
-        with open(sweep_dir / f"{self.filename}.md", "a") as handle:
-            handle.write("\n".join(lines) + "\n")
         table = Table(*columns, title=title)
         for row in cells:
             table.add_row(*row)
         Console(width=max(120, 20 * len(columns))).print(table)
+        return mean_std_csv.getvalue(), "\n".join(lines) + "\n"
 
 
 def summarize(sweep_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
