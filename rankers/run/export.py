@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import io
+import tempfile
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from differank.datamodules.atomic_files import write_file
+from differank.datamodules.atomic_files import write_file, write_files
 from differank.datamodules.letor import NORMALIZATIONS
 from differank.datamodules.transforms import GaussRank, SignedLog1p, check_gaussrank_tables
 from differank.rankers.training.checkpoints import check_finite
@@ -222,23 +223,29 @@ def export_onnx(scorer: Scorer, path: str | Path, opset: int = 18) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     names = ["features", "mask"] if scorer.uses_mask else ["features"]
     served = _NonEmptyLists(scorer) if scorer.uses_mask else scorer
-    with warnings.catch_warnings(), torch.no_grad():
-        # features and mask share their two dynamic axes, which the exporter reports
-        warnings.filterwarnings("ignore", message=r"# The axis name: .* will not be used")
-        torch.onnx.export(
-            served.eval(),
-            _example(scorer),
-            str(path),
-            input_names=names,
-            output_names=["scores"],
-            dynamic_shapes={name: {0: _QUERIES, 1: _DOCUMENTS} for name in names},
-            opset_version=opset,
-            dynamo=True,
-            verbose=False,
-        )
-    weights = path.with_name(path.name + ".data")  # the exporter's external-data file
-    if weights.is_file() and weights.stat().st_size == 0:  # every weight fitted inline
-        weights.unlink()
+    # The exporter writes its files itself: into a scratch folder beside ``path``, then renamed
+    # into place together (whole or absent; the graph names its weights file by base name).
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as scratch:
+        exported = Path(scratch) / path.name
+        with warnings.catch_warnings(), torch.no_grad():
+            # features and mask share their two dynamic axes, which the exporter reports
+            warnings.filterwarnings("ignore", message=r"# The axis name: .* will not be used")
+            torch.onnx.export(
+                served.eval(),
+                _example(scorer),
+                str(exported),
+                input_names=names,
+                output_names=["scores"],
+                dynamic_shapes={name: {0: _QUERIES, 1: _DOCUMENTS} for name in names},
+                opset_version=opset,
+                dynamo=True,
+                verbose=False,
+            )
+        files = {path: exported.read_bytes()}
+        weights = exported.with_name(exported.name + ".data")  # the external-data file
+        if weights.is_file() and weights.stat().st_size > 0:  # empty: every weight inline
+            files[path.with_name(weights.name)] = weights.read_bytes()
+        write_files(files)
     return path
 
 

@@ -3,6 +3,7 @@ eager model; ``task=predict`` writes the run's prediction file and a TREC run fi
 ir-measures (trec_eval's measures) reads and scores like our own LETOR metrics."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -160,3 +161,16 @@ def test_onnx_export_leaves_no_empty_weights_file(tmp_path):
     pytest.importorskip("onnxscript", reason="onnxscript is the optional export extra")
     export_onnx(Scorer(MLPRanker(5, hidden=(4,))), tmp_path / "s.onnx")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.onnx"]
+
+
+def test_a_failing_onnx_export_leaves_no_file(tmp_path, monkeypatch):
+    """The exporter writes its files itself: one that fails half-way leaves nothing behind."""
+
+    def half_written(model, args, f, **options):
+        Path(f).write_bytes(b"half a graph")
+        raise RuntimeError("the exporter failed")
+
+    monkeypatch.setattr(torch.onnx, "export", half_written)
+    with pytest.raises(RuntimeError, match="the exporter failed"):
+        export_onnx(Scorer(MLPRanker(5, hidden=(4,))), tmp_path / "s.onnx")
+    assert list(tmp_path.iterdir()) == []
