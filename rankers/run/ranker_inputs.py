@@ -182,7 +182,7 @@ def letor_labels(y, n_rows: int, where: str = "y") -> np.ndarray:
     if bad.any():
         row = int(np.argmax(bad))
         raise ValueError(
-            f"{where}: row {row} has label {labels[row]!r}; labels are graded relevance, "
+            f"{where}: row {row} has label {labels[row]}; labels are graded relevance, "
             f"integers 0..{MAX_LABEL} (map other targets to grades first)"
         )
     return values.astype(np.float32)
@@ -208,7 +208,7 @@ def query_codes(qid, group, n_rows: int, where: str = "X") -> np.ndarray:
     elif ids.dtype.kind == "O":
         missing = [i for i, v in enumerate(ids) if v is None or v != v]  # None or NaN
         if missing:
-            raise ValueError(f"{where}: qid of row {missing[0]} is missing ({ids[missing[0]]!r})")
+            raise ValueError(f"{where}: qid of row {missing[0]} is missing ({ids[missing[0]]})")
     try:
         _, inverse = np.unique(ids, return_inverse=True)
     except TypeError as error:  # mixed types that do not compare
