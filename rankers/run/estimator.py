@@ -76,6 +76,8 @@ def train_script() -> ModuleType:
             f"{PROJECT}: install differank from a source checkout (pip install -e .)"
         )
     spec = importlib.util.spec_from_file_location("train", path)
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"{path} cannot be loaded as a module")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -133,6 +135,10 @@ class Ranker:
         >>> 0.0 <= ranker.score(X, y, qid=qid) <= 1.0
         True
     """
+
+    # fitted state (set by fit / load)
+    run_dir_: Path | None
+    _feature_importances: np.ndarray | None
 
     def __init__(
         self,

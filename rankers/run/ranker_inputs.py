@@ -44,8 +44,8 @@ MAX_LABEL = 31  # the reader's largest grade (2^31 - 1 is the largest finite gai
 @dataclass
 class RankingRows:
     """Rows in input order: ``features`` float32 [N, F], ``labels`` float32 [N] (or None),
-    ``queries`` int64 [N] (query codes by first appearance; None when none were given), ``feature_names`` (a DataFrame's
-    feature columns, else None)."""
+    ``queries`` int64 [N] (query codes by first appearance; None when none were given),
+    ``feature_names`` (a DataFrame's feature columns, else None)."""
 
     features: np.ndarray
     labels: np.ndarray | None

@@ -61,7 +61,9 @@ def test_save_load_ranker_and_task_predict_give_the_same_scores(fitted, tmp_path
     out = tmp_path / "predict"
     overrides = ["task=predict", f"ckpt_path={path}", f"files=[{root / 'Fold1' / 'test.txt'}]"]
     train(compose_run([*overrides, "logger=csv", "quiet=true"], out), out)
-    np.testing.assert_allclose(np.loadtxt(out / "predictions" / "test.txt"), ours, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(
+        np.loadtxt(out / "predictions" / "test.txt"), ours, rtol=0, atol=1e-6
+    )
     scorer = differank.load_ranker(path)
     with torch.no_grad():
         raw = scorer(torch.from_numpy(X)[None], torch.ones(1, len(X), dtype=torch.bool))
@@ -82,7 +84,7 @@ def test_fitted_attributes_describe_the_run(fitted):
     assert importances.shape == (5,) and np.isfinite(importances).all()
     assert importances.max() > 0.01  # the labels follow the features: shuffling one hurts
     with pytest.raises(AttributeError, match="MLPRanker, not linear"):
-        ranker.coef_
+        _ = ranker.coef_
 
 
 def test_an_unfitted_ranker_says_so():
