@@ -36,6 +36,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
+from os import PathLike
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -43,6 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from differank.datamodules.arrays import read_letor
 from differank.datamodules.atomic_files import write_file
 from differank.datamodules.letor import LetorSplit
 from differank.datamodules.reader import write_letor
@@ -280,7 +282,7 @@ class Ranker:
     def fit(
         self,
         X,
-        y,
+        y=None,
         *,
         qid=None,
         group=None,
@@ -292,7 +294,8 @@ class Ranker:
         contiguous) or ``group`` (sizes of consecutive queries). ``eval_set`` ``(X, y)`` (or a
         list holding one such pair) with ``eval_qid`` / ``eval_group`` picks the epoch by
         NDCG@10 (and stops early with ``early_stopping``); without it the last epoch is kept and
-        validation runs on the training rows. Returns ``self``."""
+        validation runs on the training rows. ``X`` (and ``eval_set``) may be the path of a
+        LETOR file, which holds its labels and qids (``y`` None). Returns ``self``."""
         overrides = self.train_overrides()  # parameters checked before any data is written
         train = self._rows(X, y, qid, group, "X")
         evals = self._eval_rows(eval_set, eval_qid, eval_group, train)
@@ -344,7 +347,20 @@ class Ranker:
         finally:
             logger.setLevel(level)
 
-    def _rows(self, X, y, qid, group, where: str, require_queries: bool = True) -> RankingRows:
+    def _rows(
+        self, X, y, qid, group, where: str, require_queries: bool = True, n_features=None
+    ) -> RankingRows:
+        """Checked rows; a LETOR file's path is read with ``n_features`` (the fitted count: a
+        file need not write the last features)."""
+        if isinstance(X, (str, PathLike)):  # the one place a path becomes arrays
+            if y is not None or qid is not None or group is not None:
+                raise ValueError(
+                    f"{where}: {X} is a LETOR file, which holds its labels and query ids: pass "
+                    "the path alone (or arrays with y and qid=)"
+                )
+            X, y, qid = read_letor(X, nan_policy=self.nan_policy, n_features=n_features)
+        elif y is None and require_queries:
+            raise ValueError(f"{where}: labels are needed: pass y (graded relevance 0..31)")
         return ranking_rows(
             X,
             y,
@@ -361,6 +377,8 @@ class Ranker:
             if eval_qid is not None or eval_group is not None:
                 raise ValueError("eval_qid / eval_group were given without an eval_set")
             return None
+        if isinstance(eval_set, (str, PathLike)):
+            eval_set = (eval_set, None)
         if isinstance(eval_set, list):
             if len(eval_set) != 1:
                 raise ValueError(
@@ -371,7 +389,8 @@ class Ranker:
             eval_group = eval_group[0] if isinstance(eval_group, list) else eval_group
         if not isinstance(eval_set, tuple) or len(eval_set) != 2:
             raise ValueError("eval_set must be an (X, y) pair or a list holding one")
-        rows = self._rows(*eval_set, eval_qid, eval_group, "eval_set X")
+        count = train.features.shape[1]
+        rows = self._rows(*eval_set, eval_qid, eval_group, "eval_set X", n_features=count)
         check_same_features(rows, train.features.shape[1], train.feature_names, "eval_set X")
         return rows
 
@@ -396,9 +415,9 @@ class Ranker:
     def predict(self, X, qid=None, group=None) -> np.ndarray:
         """One score per row of ``X`` (float64, input order), higher ranks first. ``qid`` /
         ``group`` are needed only by a scorer that reads the whole list (``model=transformer``);
-        per-document scores do not depend on them."""
+        per-document scores do not depend on them. ``X`` may be a LETOR file's path."""
         self._fitted()
-        rows = self._rows(X, None, qid, group, "X", require_queries=False)
+        rows = self._rows(X, None, qid, group, "X", False, self.n_features_in_)
         return self._scores(rows)
 
     def _scores(self, rows: RankingRows) -> np.ndarray:
@@ -415,11 +434,11 @@ class Ranker:
         split = as_split(rows.features, np.zeros(rows.num_rows, np.float32), queries)
         return score_split(self.scorer_, split, batch_size=EVAL_BATCH).numpy()
 
-    def score(self, X, y, qid=None, group=None) -> float:
+    def score(self, X, y=None, qid=None, group=None) -> float:
         """Mean NDCG@10 over the queries of ``X`` under ``convention`` (default ``letor``:
         LETOR 4.0's rules, docs/metrics.md#conventions)."""
         self._fitted()
-        rows = self._rows(X, y, qid, group, "X")
+        rows = self._rows(X, y, qid, group, "X", n_features=self.n_features_in_)
         return self._ndcg10(rows, self._scores(rows))
 
     def _ndcg10(self, rows: RankingRows, scores: np.ndarray) -> float:

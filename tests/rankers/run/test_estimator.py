@@ -144,3 +144,16 @@ def test_the_parameters_follow_scikit_learns_protocol():
     with pytest.raises(ValueError, match="no parameter 'epochs'"):
         ranker.set_params(epochs=1)
     json.dumps(Ranker().get_params())  # plain values: save() stores them
+
+
+def test_a_letor_files_path_stands_for_its_arrays(fitted):
+    ranker, root = fitted
+    fold = root / "Fold1"
+    again = Ranker(**ranker.get_params()).fit(str(fold / "train.txt"), eval_set=fold / "vali.txt")
+    X, y, qid = read_letor(fold / "test.txt")
+    np.testing.assert_allclose(again.predict(fold / "test.txt"), ranker.predict(X), atol=1e-6)
+    assert again.score(fold / "test.txt") == pytest.approx(ranker.score(X, y, qid=qid), abs=1e-6)
+    with pytest.raises(ValueError, match="is a LETOR file, which holds its labels"):
+        ranker.predict(fold / "test.txt", qid=qid)
+    with pytest.raises(ValueError, match="labels are needed: pass y"):
+        ranker.fit(X, qid=qid)
