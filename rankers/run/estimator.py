@@ -320,6 +320,9 @@ class Ranker:
         try:
             with self._lightning_messages():
                 metrics = train_script().run_training(run, run_dir)
+        except BaseException:  # a failed fit leaves no folder behind
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise
         finally:  # the fold and its cache were only the run's input
             shutil.rmtree(root, ignore_errors=True)
             shutil.rmtree(run_dir / "cache", ignore_errors=True)

@@ -157,3 +157,10 @@ def test_a_letor_files_path_stands_for_its_arrays(fitted):
         ranker.predict(fold / "test.txt", qid=qid)
     with pytest.raises(ValueError, match="labels are needed: pass y"):
         ranker.fit(X, qid=qid)
+
+
+def test_a_failed_fit_leaves_no_run_folder(tmp_path):
+    ranker = Ranker(loss="no_such_loss", verbose=False, output_dir=str(tmp_path))
+    with pytest.raises(Exception, match="no_such_loss"):
+        ranker.fit(np.zeros((4, 2)), [0, 1, 0, 1], qid=[0, 0, 1, 1])
+    assert list(tmp_path.iterdir()) == []
