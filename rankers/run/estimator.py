@@ -35,6 +35,7 @@ import re
 import shutil
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterator
 from os import PathLike
 from pathlib import Path
@@ -340,15 +341,18 @@ class Ranker:
 
     @contextlib.contextmanager
     def _lightning_messages(self) -> Iterator[None]:
-        """Lightning's set-up lines (accelerator, seed) only when verbose."""
+        """Lightning's set-up lines (accelerator, seed) and its advice on the logging interval
+        (a small set has fewer batches than ``log_every_n_steps``) only when verbose."""
         logger = logging.getLogger("pytorch_lightning")
         level = logger.level
-        if not self._verbose():
-            logger.setLevel(logging.WARNING)
-        try:
-            yield
-        finally:
-            logger.setLevel(level)
+        with warnings.catch_warnings():
+            if not self._verbose():
+                logger.setLevel(logging.WARNING)
+                warnings.filterwarnings("ignore", message=".*smaller than the logging interval")
+            try:
+                yield
+            finally:
+                logger.setLevel(level)
 
     def _rows(
         self, X, y, qid, group, where: str, require_queries: bool = True, n_features=None

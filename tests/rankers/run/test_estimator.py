@@ -164,3 +164,13 @@ def test_a_failed_fit_leaves_no_run_folder(tmp_path):
     with pytest.raises(Exception, match="no_such_loss"):
         ranker.fit(np.zeros((4, 2)), [0, 1, 0, 1], qid=[0, 0, 1, 1])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_quiet_fit_prints_nothing(capfd, tmp_path):
+    X = np.random.default_rng(0).normal(size=(40, 3))
+    y = (X[:, 0] > 0).astype(int)
+    Ranker(model="linear", max_epochs=1, verbose=False, output_dir=str(tmp_path)).fit(
+        X, y, qid=np.arange(40) // 10
+    )
+    out, err = capfd.readouterr()
+    assert out == "" and "logging interval" not in err and "GPU available" not in err
