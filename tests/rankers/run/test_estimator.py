@@ -174,3 +174,15 @@ def test_a_quiet_fit_prints_nothing(capfd, tmp_path):
     )
     out, err = capfd.readouterr()
     assert out == "" and "logging interval" not in err and "GPU available" not in err
+
+
+def test_import_differank_loads_neither_the_run_layer_nor_scikit_learn():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, differank, differank.datamodules; "
+        "heavy = {'sklearn', 'pandas', 'pytorch_lightning', 'hydra', 'torch'} & set(sys.modules); "
+        "assert not heavy, heavy; differank.Ranker; assert 'pytorch_lightning' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
