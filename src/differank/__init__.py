@@ -17,3 +17,13 @@ def load_ranker(path):
     from differank.rankers.run.restore import load_ranker as load  # torch loads only now
 
     return load(path)
+
+
+def __getattr__(name):
+    # differank.Ranker loads the run layer (Lightning, Hydra) only when it is asked for, so
+    # `import differank` stays light
+    if name == "Ranker":
+        from differank.rankers.run.estimator import Ranker
+
+        return Ranker
+    raise AttributeError(f"module 'differank' has no attribute {name!r}")
