@@ -34,6 +34,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from differank.datamodules.download import data_home
+from differank.rankers.run.click_runs import click_datamodule
 from differank.rankers.run.export import Scorer, check_serving_record, serving_scorer
 from differank.rankers.training.checkpoints import (
     LETOR,
@@ -146,7 +147,7 @@ def build_run(cfg: DictConfig, checkpoint: dict[str, Any] | None = None):
     check_data_root(cfg.data)
     metrics = {"metric_convention": cfg.metrics.convention}  # the command line's, never restored
     if checkpoint is None:
-        datamodule = instantiate(cfg.data)
+        datamodule = click_datamodule(cfg, instantiate(cfg.data))  # clicks=none: the data itself
         loss = instantiate(cfg.loss)
         model = instantiate(cfg.model, loss=loss, n_features=datamodule.n_features, **metrics)
         return datamodule, model

@@ -131,7 +131,10 @@ class EvaluationModule(pl.LightningModule):
         ``loss_target``, when already computed."""
         if target is None:
             target = self.loss_target(batch)
-        return self.loss(target, batch["labels"], batch["mask"], **self.ranker.loss_inputs())
+        # A click batch (docs/clicks.md#the-click-batch) has no labels: its clicks are the
+        # labels (the naive estimator).
+        labels = batch["labels"] if "labels" in batch else batch["clicks"]
+        return self.loss(target, labels, batch["mask"], **self.ranker.loss_inputs())
 
     def loss_target(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         if self.ranker.uses_mask:
