@@ -115,7 +115,7 @@ def propensities_from_rankers(logs: Sequence[ClickLog], positions: int) -> np.nd
     design[np.arange(len(pairs)), pairs[:, 0]] = -1.0
     target = np.log(at_second[pairs[:, 0], pairs[:, 1]] / at_first[pairs[:, 0], pairs[:, 1]])
     scale = np.sqrt(count[pairs[:, 0], pairs[:, 1]])
-    reached = design.any(axis=0)
+    reached = np.any(design != 0, axis=0)
     free = np.flatnonzero(reached[1:]) + 1  # log θ_1 = 0; solve for the positions reached
     fitted, *_ = np.linalg.lstsq(design[:, free] * scale[:, None], target * scale, rcond=None)
     solution = np.full(positions, np.nan)
