@@ -45,6 +45,7 @@ from differank.rankers.training.checkpoints import (
     build_model,
     load_checkpoint,
     rebuild_module,
+    restored_estimator,
     run_record,
     serving_statistics,
 )
@@ -146,6 +147,7 @@ def build_run(cfg: DictConfig, checkpoint: dict[str, Any] | None = None):
     check_data_root(cfg.data)
     metrics = {"metric_convention": cfg.metrics.convention}  # the command line's, never restored
     if checkpoint is None:
+        metrics |= click_estimator(cfg)
         datamodule = instantiate(cfg.data)
         loss = instantiate(cfg.loss)
         model = instantiate(cfg.model, loss=loss, n_features=datamodule.n_features, **metrics)
@@ -162,8 +164,35 @@ def build_run(cfg: DictConfig, checkpoint: dict[str, Any] | None = None):
     loss = build(nodes["loss"], "loss")
     features = ("the data's feature count", datamodule.n_features)
     weights = checkpoint["state_dict"]
+    metrics |= restored_estimator(checkpoint["differank"].get("config", {}))
     model = build_model(nodes["model"], weights, cfg.ckpt_path, features, loss=loss, **metrics)
     return datamodule, model
+
+
+def click_estimator(cfg: DictConfig) -> dict[str, Any]:
+    """``{"estimator": instantiated cfg.ultr}`` when the run trains from clicks, else ``{}``.
+
+    A click model (``clicks=pbm``, ...) needs an estimator, and an estimator needs clicks:
+    either one alone is a configuration mistake, refused with the fix."""
+    ultr, clicks = cfg.get("ultr"), cfg.get("clicks")
+    clicking = clicks is not None and clicks.get("_target_") is not None
+    if ultr is None and clicking:
+        raise ValueError(
+            "clicks=... trains from simulated clicks and needs an estimator: add ultr=naive "
+            "(clicks as labels), ips, dla, rem, pairwise, twotower or dr (docs/objectives/"
+            "clicks.md#estimators)"
+        )
+    if ultr is None:
+        return {}
+    if not clicking:
+        raise ValueError(
+            f"ultr ({ultr.get('_target_')}) debiases training on clicks, but clicks=none trains on the true labels: add a click model (clicks=pbm, "
+            "...) or drop ultr"
+        )
+    if "solver" in cfg.model:
+        raise ValueError("ultr=... trains by gradient steps: it needs a gradient-trained model "
+                         "(model=linear, mlp, transformer), not a full-batch solver")
+    return {"estimator": instantiate(ultr)}
 
 
 def check_data_root(data: DictConfig) -> None:
