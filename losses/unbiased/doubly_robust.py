@@ -32,8 +32,8 @@ class DoublyRobust(ClickEstimator):
     (losses take grades ≥ 0), and the loss is taken on them as for IPS.
 
     Args:
-        propensities: θ per position (0-based), known or estimated (required: the residual
-            needs the examination of each shown position).
+        propensities: θ per position (0-based), known or estimated; ``None``: the batch's
+            logged ``propensities`` serve as both θ and ρ.
         clip: the largest inverse propensity weight.
 
     Example:
@@ -53,17 +53,11 @@ class DoublyRobust(ClickEstimator):
         label_sum_weighting: bool = False,
     ) -> None:
         super().__init__(label_sum_weighting=label_sum_weighting)
-        if propensities is None:
-            raise ValueError(
-                "DoublyRobust: propensities (one examination probability per position, "
-                "known or estimated) are required: set ultr.propensities"
-            )
         check_propensity_vector("DoublyRobust", propensities)
         check_clip("DoublyRobust", clip)
         self.clip = float(clip)
-        self.register_buffer(
-            "propensities", torch.tensor([float(p) for p in propensities]), persistent=False
-        )
+        vector = None if propensities is None else torch.tensor(propensities, dtype=torch.float64)
+        self.register_buffer("propensities", vector, persistent=False)
 
     def targets(
         self,
@@ -76,8 +70,9 @@ class DoublyRobust(ClickEstimator):
         """The doubly robust labels ``ĉ`` [B, L] (0 at padding)."""
         dtype = scores.dtype
         visible = shown(positions, mask)
-        theta = document_propensities("DoublyRobust", self.propensities, positions, mask, None)
-        rho = theta if logged is None else torch.where(visible, logged, 1.0)
+        theta = document_propensities("DoublyRobust", self.propensities, positions, mask, logged)
+        given = self.propensities is not None and logged is not None
+        rho = torch.where(visible, logged, 1.0) if given else theta
         rho = rho.to(dtype).clamp(min=1.0 / self.clip)
         direct = scores.detach().sigmoid()
         residual = (clicks.to(dtype) - theta.to(dtype) * direct) / rho
@@ -98,4 +93,5 @@ class DoublyRobust(ClickEstimator):
         return self.weighted_mean(loss, scores, targets, mask)
 
     def extra_repr(self) -> str:
-        return f"propensities={self.propensities.tolist()}, clip={self.clip}, " + super().extra_repr()
+        given = None if self.propensities is None else self.propensities.tolist()
+        return f"propensities={given}, clip={self.clip}, {super().extra_repr()}"

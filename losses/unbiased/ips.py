@@ -21,9 +21,11 @@ class IPS(ClickEstimator):
 
     Under the position-based model ``P(c_i = 1) = θ_{k_i} γ_i``, so ``E[ĉ_i] = γ_i`` (for
     ``θ ≥ 1/clip``): the labels are unbiased estimates of the relevance probabilities, and a
-    loss linear in its labels (``label_sum_weighting`` with softmax_loss, ULTRA's form;
-    sigmoid_bce_loss with ``max_label ≥ clip``) is an unbiased estimate of its
-    full-information value.
+    loss linear in its labels is an unbiased estimate of its full-information value
+    ``loss(s, γ)``. softmax_loss with ``label_sum_weighting`` (ULTRA's form,
+    ``-Σ_i ĉ_i log softmax(s)_i``) is; other losses get unbiased labels but not an unbiased
+    loss (their targets are normalised, paired or ranked, and differank's losses give 0 to a
+    query whose labels are all equal, e.g. a session without a click).
 
     Args:
         propensities: θ per position (0-based), known or estimated; ``None``: the batch's
@@ -51,7 +53,7 @@ class IPS(ClickEstimator):
         check_propensity_vector("IPS", propensities)
         check_clip("IPS", clip)
         self.clip = float(clip)
-        vector = None if propensities is None else torch.tensor([float(p) for p in propensities])
+        vector = None if propensities is None else torch.tensor(propensities, dtype=torch.float64)
         self.register_buffer("propensities", vector, persistent=False)
 
     def targets(
