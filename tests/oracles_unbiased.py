@@ -1,4 +1,4 @@
-"""Float64 oracles of the click estimators (docs/objectives/clicks.md#estimators), written from
+"""Float64 oracles of the click estimators (docs/objectives/unbiased.md#estimators), written from
 the papers' equations with Python loops, sharing no code with losses/unbiased/.
 
 Each oracle takes ``(base, scores, clicks, positions, mask, ...)`` with ``base`` a batched
@@ -78,7 +78,9 @@ def dla_oracle(base, scores, clicks, positions, mask, logits, clip=100.0, label_
         position_logits.append(torch.stack(row))
     position_logits = torch.stack(position_logits)
     ranker = _batch_mean(base, scores, ranker_targets, visible, label_sum_weighting)
-    propensity = _batch_mean(base, position_logits, propensity_targets, visible, label_sum_weighting)
+    propensity = _batch_mean(
+        base, position_logits, propensity_targets, visible, label_sum_weighting
+    )
     return ranker + propensity
 
 
@@ -158,7 +160,9 @@ def two_tower_oracle(base, scores, clicks, positions, mask, bias, label_sum_weig
     B, L = mask.shape
     rows = []
     for b in range(B):
-        rows.append(torch.stack([scores[b, i] + bias[max(int(positions[b, i]), 0)] for i in range(L)]))
+        rows.append(
+            torch.stack([scores[b, i] + bias[max(int(positions[b, i]), 0)] for i in range(L)])
+        )
     visible = _visible(positions, mask)
     targets = torch.where(visible, clicks.double(), 0.0)
     return _batch_mean(base, torch.stack(rows), targets, visible, label_sum_weighting)

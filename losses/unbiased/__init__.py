@@ -3,7 +3,7 @@
 Each estimator is an ``nn.Module`` called as
 ``estimator(loss, scores, clicks, positions, mask, propensities=None)`` on a click batch
 (``clicks [B, L]``, ``positions [B, L]``: 0-based shown position, -1 not shown) and returns
-the training loss; docs/objectives/clicks.md#estimators gives each one's equation and paper.
+the training loss; docs/objectives/unbiased.md#estimators gives each one's equation and paper.
 
 Example:
     >>> import torch

@@ -46,7 +46,11 @@ class DLA(ClickEstimator):
         self, *, max_positions: int = 10, clip: float = 100.0, label_sum_weighting: bool = True
     ) -> None:
         super().__init__(label_sum_weighting=label_sum_weighting)
-        if isinstance(max_positions, bool) or not isinstance(max_positions, int) or max_positions < 1:
+        if (
+            isinstance(max_positions, bool)
+            or not isinstance(max_positions, int)
+            or max_positions < 1
+        ):
             raise ValueError(f"DLA: max_positions must be an integer >= 1, got {max_positions!r}")
         check_clip("DLA", clip)
         self.max_positions, self.clip = max_positions, float(clip)

@@ -45,6 +45,8 @@ class DoublyRobust(ClickEstimator):
         tensor([[0.0000, 2.0000, 0.5000]])
     """
 
+    propensities: torch.Tensor | None  # a non-persistent buffer: configuration, not state
+
     def __init__(
         self,
         *,
@@ -71,8 +73,9 @@ class DoublyRobust(ClickEstimator):
         dtype = scores.dtype
         visible = shown(positions, mask)
         theta = document_propensities("DoublyRobust", self.propensities, positions, mask, logged)
-        given = self.propensities is not None and logged is not None
-        rho = torch.where(visible, logged, 1.0) if given else theta
+        rho = theta
+        if self.propensities is not None and logged is not None:  # θ given, ρ logged
+            rho = torch.where(visible, logged, 1.0)
         rho = rho.to(dtype).clamp(min=1.0 / self.clip)
         direct = scores.detach().sigmoid()
         residual = (clicks.to(dtype) - theta.to(dtype) * direct) / rho

@@ -4,7 +4,7 @@ loss it wraps.
 An estimator turns one click batch (``clicks [B, L]``, ``positions [B, L]``: 0-based shown
 position, -1 where nothing was shown) into training signal for an existing loss: it builds the
 labels (or scores) the loss sees, calls the loss per query and averages over the batch's
-queries. docs/objectives/clicks.md#estimators states each estimator's equation and its paper.
+queries. docs/objectives/unbiased.md#estimators states each estimator's equation and its paper.
 """
 
 from __future__ import annotations
@@ -48,8 +48,13 @@ class ClickEstimator(nn.Module):
     ) -> torch.Tensor:
         raise NotImplementedError
 
-    def check(self, scores: torch.Tensor, clicks: torch.Tensor, positions: torch.Tensor,
-              mask: torch.Tensor) -> None:
+    def check(
+        self,
+        scores: torch.Tensor,
+        clicks: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> None:
         """Raise ValueError naming the tensor when a click batch is malformed."""
         check_click_batch(scores, clicks, positions, mask, self.max_positions)
 
@@ -86,7 +91,7 @@ def per_query_loss(
         per_query = type(loss).function(scores, labels, mask, **options)
     elif isinstance(getattr(loss, "reduction", None), str):
         per_query_form = copy.copy(loss)  # shares the loss's tensors; only reduction differs
-        per_query_form.reduction = "none"
+        per_query_form.reduction = "none"  # type: ignore[assignment]
         per_query = per_query_form(scores, labels, mask)
     else:
         per_query = None

@@ -42,6 +42,8 @@ class IPS(ClickEstimator):
         tensor(1.3863)
     """
 
+    propensities: torch.Tensor | None  # a non-persistent buffer: configuration, not state
+
     def __init__(
         self,
         *,

@@ -33,11 +33,16 @@ class PairwiseDebiasing(ClickEstimator):
         tensor(0.6931)
     """
 
-    def __init__(
-        self, *, max_positions: int = 10, p: float = 0.0, update: float = 0.1
-    ) -> None:
+    click_bias: torch.Tensor  # t⁺ per position (a buffer)
+    skip_bias: torch.Tensor  # t⁻ per position (a buffer)
+
+    def __init__(self, *, max_positions: int = 10, p: float = 0.0, update: float = 0.1) -> None:
         super().__init__()
-        if isinstance(max_positions, bool) or not isinstance(max_positions, int) or max_positions < 1:
+        if (
+            isinstance(max_positions, bool)
+            or not isinstance(max_positions, int)
+            or max_positions < 1
+        ):
             raise ValueError(
                 f"PairwiseDebiasing: max_positions must be an integer >= 1, got {max_positions!r}"
             )
@@ -64,7 +69,7 @@ class PairwiseDebiasing(ClickEstimator):
                 "train it with loss=ranknet (ultr=pairwise)"
             )
         self.check(scores, clicks, positions, mask)
-        check_pair_memory(*scores.shape, scores.dtype)
+        check_pair_memory(scores.shape[0], scores.shape[1], scores.dtype)
         visible = shown(positions, mask)
         clicked = visible & (clicks > 0)
         pairs = clicked.unsqueeze(-1) & (visible & ~clicked).unsqueeze(-2)  # [B, L, L]: i, j
@@ -93,8 +98,10 @@ class PairwiseDebiasing(ClickEstimator):
         k_j = positions.clamp(min=0).unsqueeze(-2).expand_as(pairs)[pairs]
         over_minus = (pair_loss / minus)[pairs].to(self.click_bias)
         over_plus = (pair_loss / plus)[pairs].to(self.skip_bias)
-        for buffer, index, values in ((self.click_bias, k_i, over_minus),
-                                      (self.skip_bias, k_j, over_plus)):
+        for buffer, index, values in (
+            (self.click_bias, k_i, over_minus),
+            (self.skip_bias, k_j, over_plus),
+        ):
             total = torch.zeros_like(buffer).index_add_(0, index, values)
             # a position without a pair, or a batch without one at the top (nothing to
             # normalise by), keeps its value; no host read, so no device synchronisation

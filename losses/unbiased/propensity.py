@@ -26,7 +26,11 @@ def check_propensity_vector(name: str, values: Sequence[float] | None) -> None:
 
 def check_clip(name: str, clip: float) -> None:
     """Raise ValueError unless ``clip`` (the largest inverse propensity weight) is >= 1."""
-    if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not 1.0 <= clip < float("inf"):
+    if (
+        isinstance(clip, bool)
+        or not isinstance(clip, (int, float))
+        or not 1.0 <= clip < float("inf")
+    ):
         raise ValueError(f"{name}: clip must be a finite number >= 1, got {clip!r}")
 
 

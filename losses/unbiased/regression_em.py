@@ -43,11 +43,17 @@ class RegressionEM(ClickEstimator):
         tensor([0.9100, 0.8918])
     """
 
+    propensities: torch.Tensor  # θ per position, a buffer saved with the checkpoint
+
     def __init__(
         self, *, max_positions: int = 10, update: float = 0.1, label_sum_weighting: bool = False
     ) -> None:
         super().__init__(label_sum_weighting=label_sum_weighting)
-        if isinstance(max_positions, bool) or not isinstance(max_positions, int) or max_positions < 1:
+        if (
+            isinstance(max_positions, bool)
+            or not isinstance(max_positions, int)
+            or max_positions < 1
+        ):
             raise ValueError(
                 f"RegressionEM: max_positions must be an integer >= 1, got {max_positions!r}"
             )

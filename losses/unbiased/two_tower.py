@@ -33,8 +33,14 @@ class TwoTower(ClickEstimator):
 
     def __init__(self, *, max_positions: int = 10, label_sum_weighting: bool = False) -> None:
         super().__init__(label_sum_weighting=label_sum_weighting)
-        if isinstance(max_positions, bool) or not isinstance(max_positions, int) or max_positions < 1:
-            raise ValueError(f"TwoTower: max_positions must be an integer >= 1, got {max_positions!r}")
+        if (
+            isinstance(max_positions, bool)
+            or not isinstance(max_positions, int)
+            or max_positions < 1
+        ):
+            raise ValueError(
+                f"TwoTower: max_positions must be an integer >= 1, got {max_positions!r}"
+            )
         self.max_positions = max_positions
         self.position_bias = nn.Parameter(torch.zeros(max_positions))
 

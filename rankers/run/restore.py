@@ -186,12 +186,14 @@ def click_estimator(cfg: DictConfig) -> dict[str, Any]:
         return {}
     if not clicking:
         raise ValueError(
-            f"ultr ({ultr.get('_target_')}) debiases training on clicks, but clicks=none trains on the true labels: add a click model (clicks=pbm, "
-            "...) or drop ultr"
+            f"ultr ({ultr.get('_target_')}) debiases training on clicks, but clicks=none "
+            "trains on the true labels: add a click model (clicks=pbm, ...) or drop ultr"
         )
     if "solver" in cfg.model:
-        raise ValueError("ultr=... trains by gradient steps: it needs a gradient-trained model "
-                         "(model=linear, mlp, transformer), not a full-batch solver")
+        raise ValueError(
+            "ultr=... trains by gradient steps: it needs a gradient-trained model "
+            "(model=linear, mlp, transformer), not a full-batch solver"
+        )
     return {"estimator": instantiate(ultr)}
 
 

@@ -306,7 +306,7 @@ class RankingModule(EvaluationModule):
 
     def click_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The estimator's loss on a click batch (``clicks``, ``positions``, ``mask``, optional
-        ``propensities``: the contract of docs/objectives/clicks.md#click-batches)."""
+        ``propensities``: the contract of docs/objectives/unbiased.md#click-batches)."""
         if self.estimator is None:
             raise ValueError(
                 "the training batches carry clicks but the model has no click estimator: choose "

@@ -91,7 +91,9 @@ def test_regression_em_equals_its_oracle_and_takes_its_m_step():
     theta = [0.9, 0.7, 0.5, 0.4, 0.2]
     rem.propensities.copy_(torch.tensor(theta, dtype=torch.float64))
     value = rem(SigmoidBCELoss(), scores, clicks, positions, mask)
-    want, new_theta = oracles.rem_oracle(sigmoid_bce_oracle, scores, clicks, positions, mask, theta, 0.3)
+    want, new_theta = oracles.rem_oracle(
+        sigmoid_bce_oracle, scores, clicks, positions, mask, theta, 0.3
+    )
     assert_close_with_grad(value, want, [scores])
     torch.testing.assert_close(rem.propensities, torch.tensor(new_theta, dtype=torch.float64))
     rem.eval()  # no M-step outside training
@@ -135,7 +137,9 @@ def test_doubly_robust_equals_its_oracle(base):
     loss, oracle = base
     scores, clicks, positions, mask = click_batch(5)
     theta = [1.0, 0.6, 0.3, 0.2, 0.05]
-    value = DoublyRobust(propensities=theta, clip=10.0).double()(loss, scores, clicks, positions, mask)
+    value = DoublyRobust(propensities=theta, clip=10.0).double()(
+        loss, scores, clicks, positions, mask
+    )
     want = oracles.dr_oracle(oracle, scores, clicks, positions, mask, theta, 10.0)
     assert_close_with_grad(value, want, [scores])
 
@@ -160,8 +164,11 @@ def monte_carlo(estimator, loss, scores, clicks, positions, chunks=20):
         s = scores.detach().clone().requires_grad_()
         repeated = s.repeat(part.shape[0], 1)
         value = estimator(
-            loss, repeated, part.reshape(-1, L), positions.repeat(part.shape[0], 1),
-            torch.ones(repeated.shape, dtype=torch.bool)
+            loss,
+            repeated,
+            part.reshape(-1, L),
+            positions.repeat(part.shape[0], 1),
+            torch.ones(repeated.shape, dtype=torch.bool),
         )
         (grad,) = torch.autograd.grad(value, s)
         values.append(value.detach())
@@ -215,7 +222,7 @@ def test_dla_learns_the_true_relative_propensities():
     for _ in range(400):
         positions = torch.rand(Q * repeats, L, generator=g).argsort(dim=1)
         probability = gamma.repeat(repeats, 1) * theta[positions]
-        clicks = (torch.rand(probability.shape, generator=g, dtype=torch.float64) < probability)
+        clicks = torch.rand(probability.shape, generator=g, dtype=torch.float64) < probability
         loss = dla(SoftmaxLoss(), scores.repeat(repeats, 1), clicks.double(), positions, mask)
         optimizer.zero_grad()
         loss.backward()
@@ -251,7 +258,9 @@ def test_bad_click_batches_are_named():
 def test_the_ranknet_base_of_pairwise_debiasing_with_unit_biases_is_ranknet_on_clicks():
     scores, clicks, positions, mask = click_batch(6)
     visible = mask & (positions >= 0)
-    value = PairwiseDebiasing(max_positions=5).eval()(RankNetLoss(), scores, clicks, positions, mask)
+    value = PairwiseDebiasing(max_positions=5).eval()(
+        RankNetLoss(), scores, clicks, positions, mask
+    )
     per_query = [
         ranknet_oracle(scores[b][visible[b]], clicks[b][visible[b]].tolist())
         for b in range(scores.shape[0])
