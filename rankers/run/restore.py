@@ -34,6 +34,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from differank.datamodules.download import data_home
+from differank.losses.unbiased import Naive
+from differank.rankers.run.click_runs import click_datamodule
 from differank.rankers.run.export import Scorer, check_serving_record, serving_scorer
 from differank.rankers.training.checkpoints import (
     LETOR,
@@ -148,7 +150,7 @@ def build_run(cfg: DictConfig, checkpoint: dict[str, Any] | None = None):
     metrics = {"metric_convention": cfg.metrics.convention}  # the command line's, never restored
     if checkpoint is None:
         metrics |= click_estimator(cfg)
-        datamodule = instantiate(cfg.data)
+        datamodule = click_datamodule(cfg, instantiate(cfg.data))  # clicks=none: the data itself
         loss = instantiate(cfg.loss)
         model = instantiate(cfg.model, loss=loss, n_features=datamodule.n_features, **metrics)
         return datamodule, model
@@ -170,19 +172,15 @@ def build_run(cfg: DictConfig, checkpoint: dict[str, Any] | None = None):
 
 
 def click_estimator(cfg: DictConfig) -> dict[str, Any]:
-    """``{"estimator": instantiated cfg.ultr}`` when the run trains from clicks, else ``{}``.
-
-    A click model (``clicks=pbm``, ...) needs an estimator, and an estimator needs clicks:
-    either one alone is a configuration mistake, refused with the fix."""
+    """``{"estimator": the instantiated cfg.ultr}`` when the run trains from clicks, else
+    ``{}``. A click run without ``ultr`` trains with the naive estimator (clicks as labels,
+    said in the log); an estimator without clicks is refused with the fix."""
     ultr, clicks = cfg.get("ultr"), cfg.get("clicks")
-    clicking = clicks is not None and clicks.get("_target_") is not None
-    if ultr is None and clicking:
-        raise ValueError(
-            "clicks=... trains from simulated clicks and needs an estimator: add ultr=naive "
-            "(clicks as labels), ips, dla, rem, pairwise, twotower or dr (docs/objectives/"
-            "clicks.md#estimators)"
-        )
+    clicking = clicks is not None and clicks.get("mode") is not None
     if ultr is None:
+        if clicking:
+            log.info("clicks without ultr=...: the naive estimator (clicks as labels) trains")
+            return {"estimator": Naive()}
         return {}
     if not clicking:
         raise ValueError(

@@ -121,3 +121,11 @@ def test_ultr_without_a_click_model_is_refused(train_config):
     cfg = train_config([*TINY_RUN, "ultr=ips"])
     with pytest.raises(ValueError, match="clicks=none trains on the true labels"):
         build_run(cfg)
+
+
+def test_a_click_run_gets_its_estimator_and_naive_without_one(train_config):
+    small = [*TINY_RUN, "clicks=pbm", "clicks.top_k=6"]
+    _, model = build_run(train_config([*small, "ultr=dla", "ultr.max_positions=6"]))
+    assert isinstance(model.estimator, DLA)
+    _, model = build_run(train_config(small))
+    assert type(model.estimator).__name__ == "Naive"
