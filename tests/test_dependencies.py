@@ -36,6 +36,7 @@ RULES = {
         {ALGORITHMS, "differank.losses.inputs", "differank.losses.options"},
     ),
     "losses": ({"torch"}, {LOSSES}),
+    "losses/unbiased": ({"torch"}, {LOSSES}),  # the click estimators: torch only, over the losses
     "rankers/scorers": ({"torch"}, {LOSSES, SCORERS}),
     "rankers/solvers": ({"torch"}, {LOSSES, SCORERS, SOLVERS}),
     "rankers/metrics": ({"torch", "torchmetrics", "numpy"}, {LOSSES, METRICS, DATA}),
