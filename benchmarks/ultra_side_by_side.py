@@ -36,6 +36,8 @@ error (the step's work is done by then; only IPWrank's loss printout is skipped)
    ``IPS(label_sum_weighting=True)``, ``SoftmaxLoss``, ``MLPRanker(hidden=[512, 256, 128],
    dropout=0)``, Adagrad lr 0.05, in a plain loop: Lightning's own per-step bookkeeping is not
    counted). ULTRA's DNN adds layer normalisation and ELU; differank's MLP has ReLU, no norm.
+   A last row times differank's model alone on one fixed click batch (no batch built, no
+   session drawn): the share of a step that is the MLP's arithmetic, which both sides pay.
 
 CPU, one torch thread, process CPU time (a shared machine), the fastest of ``--repeats``
 interleaved repeats (differank, ULTRA, differank, ...).
@@ -248,18 +250,21 @@ def differank_step(data, rows):
     loader = clicks.train_dataloader()
     batches = iter(())
 
-    def step():
+    def step(batch=None):
         nonlocal batches
-        batch = next(batches, None)
         if batch is None:
-            batches = iter(loader)
-            batch = next(batches)
-        loss = module.training_step(clicks.click_batch(batch), 0)
+            batch = next(batches, None)
+            if batch is None:
+                batches = iter(loader)
+                batch = next(batches)
+            batch = clicks.click_batch(batch)
+        loss = module.training_step(batch, 0)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
 
-    return step, sum(p.numel() for p in module.parameters())
+    fixed = clicks.click_batch(next(iter(loader)))
+    return step, partial(step, fixed), sum(p.numel() for p in module.parameters())
 
 
 def main() -> None:
@@ -284,7 +289,10 @@ def main() -> None:
         try:
             copy = ultra_libsvm_copy(data.split_files("train"), Path(folder))
             theirs = ultra_step(ultra, checkout, copy)
-            ours, parameters = differank_step(data, rows)
+            ours, model_alone, parameters = differank_step(data, rows)
+            floor_s, _ = interleaved(
+                lambda: [model_alone() for _ in range(args.steps)], lambda: None, args.repeats
+            )
             ours_s, theirs_s = interleaved(
                 lambda: [ours() for _ in range(args.steps)],
                 lambda: [theirs() for _ in range(args.steps)],
@@ -314,6 +322,8 @@ def main() -> None:
         "|---|---:|---:|---:|",
         f"| one step: sessions + forward + backward + Adagrad | {args.steps / ours_s:.1f} | "
         f"{args.steps / theirs_s:.1f} | {theirs_s / ours_s:.1f}× |",
+        f"| differank's model alone: one fixed batch, forward + backward + Adagrad | "
+        f"{args.steps / floor_s:.1f} | | |",
         "",
         f"differank's MLP has {parameters:,} parameters (ULTRA's DNN the same layers plus layer "
         "normalisation).",
