@@ -52,6 +52,7 @@ class UserBrowsingModel(ClickModel):
         self.eta = float(eta)
         #: γ_{k,d}^η at [k - 1, d - 1] (float64 [positions, positions])
         self.gamma = browsing_table(examination, positions, eta)
+        self._after_last_tables: dict[int, torch.Tensor] = {}
 
     def sample(
         self, labels: torch.Tensor, mask: torch.Tensor, uniforms: torch.Tensor
@@ -63,10 +64,13 @@ class UserBrowsingModel(ClickModel):
         give the same clicks as the step-by-step walk (tests/oracles_clicks.py)."""
         attractive = self.attractiveness(labels, mask)
         batch, length = attractive.shape
-        after = self.on(f"after_last_{length}", self._after_last(length), attractive)
-        would = uniforms[:, None, :, 0] < after * attractive[:, None, :]  # [B, L + 1, L]
-        slots = torch.arange(length, device=labels.device)
-        following = torch.where(would, slots, length).amin(2) + 1  # node of the next click
+        if length not in self._after_last_tables:  # built once per list length
+            self._after_last_tables[length] = self._after_last(length)
+        after = self.on(f"after_last_{length}", self._after_last_tables[length], attractive)
+        threshold = after * attractive[:, None, :]  # [B, L + 1, L]
+        would = (uniforms[..., 0].contiguous()[:, None, :] < threshold).to(torch.uint8)
+        clicked, first = would.max(2)  # the first maximum: the first k clicked, if any
+        following = torch.where(clicked.bool(), first, length) + 1  # node of the next click
         terminal = torch.full((batch, 1), length + 1, device=labels.device)
         pointer = torch.cat([following, terminal], dim=1)  # [B, L + 2]: the path's next node
         on_path = torch.zeros(batch, length + 2, dtype=torch.int64, device=labels.device)
