@@ -46,10 +46,12 @@ def module_with(estimator):
 
 
 def test_the_estimator_trains_with_the_ranker_on_click_batches():
-    module = module_with(DLA(max_positions=5))
+    module = module_with(DLA(max_positions=5, lr_scale=50.0))
     optimizer = module.configure_optimizers()
-    optimised = {id(p) for group in optimizer.param_groups for p in group["params"]}
-    assert id(module.estimator.propensity_logits) in optimised
+    ranker_group, estimator_group = optimizer.param_groups
+    assert estimator_group["params"] == [module.estimator.propensity_logits]
+    assert {id(p) for p in ranker_group["params"]} == {id(p) for p in module.ranker.parameters()}
+    assert estimator_group["lr"] == 50.0 * ranker_group["lr"]
     loss = module.training_step(click_batch(), 0)
     loss.backward()
     assert module.estimator.propensity_logits.grad.abs().sum() > 0
