@@ -6,7 +6,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from differank.losses.unbiased.estimator import ClickEstimator, at_positions, shown
+from differank.losses.unbiased.estimator import (
+    ClickEstimator,
+    at_positions,
+    check_lr_scale,
+    shown,
+)
 from differank.losses.unbiased.propensity import check_clip
 
 
@@ -30,6 +35,8 @@ class DLA(ClickEstimator):
     Args:
         max_positions: positions modelled (0-based shown positions must be below it).
         clip: the largest inverse weight.
+        lr_scale: the propensity logits learn at the ranker's learning rate times this (they
+            span log θ_k/θ_0, several units, in the few hundred steps of a small data set).
 
     Example:
         >>> from differank.losses import SoftmaxLoss
@@ -43,7 +50,12 @@ class DLA(ClickEstimator):
     """
 
     def __init__(
-        self, *, max_positions: int = 10, clip: float = 100.0, label_sum_weighting: bool = True
+        self,
+        *,
+        max_positions: int = 10,
+        clip: float = 100.0,
+        label_sum_weighting: bool = True,
+        lr_scale: float = 1.0,
     ) -> None:
         super().__init__(label_sum_weighting=label_sum_weighting)
         if (
@@ -54,6 +66,7 @@ class DLA(ClickEstimator):
             raise ValueError(f"DLA: max_positions must be an integer >= 1, got {max_positions!r}")
         check_clip("DLA", clip)
         self.max_positions, self.clip = max_positions, float(clip)
+        self.lr_scale = check_lr_scale("DLA", lr_scale)
         self.propensity_logits = nn.Parameter(torch.zeros(max_positions))
 
     def relative_propensities(self) -> torch.Tensor:
@@ -87,4 +100,7 @@ class DLA(ClickEstimator):
         return ranker + propensity
 
     def extra_repr(self) -> str:
-        return f"max_positions={self.max_positions}, clip={self.clip}, {super().extra_repr()}"
+        return (
+            f"max_positions={self.max_positions}, clip={self.clip}, lr_scale={self.lr_scale}, "
+            + super().extra_repr()
+        )

@@ -32,6 +32,9 @@ class ClickEstimator(nn.Module):
     """
 
     max_positions: int = 0  # estimators with per-position parameters set it
+    # the training module's learning rate for the estimator's parameters is the optimizer's
+    # times this (DLA and the two-tower model take it as an option)
+    lr_scale: float = 1.0
 
     def __init__(self, *, label_sum_weighting: bool = False) -> None:
         super().__init__()
@@ -136,6 +139,15 @@ def check_click_batch(
                 f"positions (0..{max_positions - 1}): raise its max_positions (ultr."
                 "max_positions) to the number of documents shown per query"
             )
+
+
+def check_lr_scale(name: str, lr_scale: float) -> float:
+    """``lr_scale`` as a float, or a ValueError unless it is a finite number > 0."""
+    if isinstance(lr_scale, bool) or not isinstance(lr_scale, (int, float)):
+        raise ValueError(f"{name}: lr_scale must be a finite number > 0, got {lr_scale!r}")
+    if not 0 < lr_scale < float("inf"):
+        raise ValueError(f"{name}: lr_scale must be a finite number > 0, got {lr_scale!r}")
+    return float(lr_scale)
 
 
 def shown(positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

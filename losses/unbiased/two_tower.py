@@ -7,7 +7,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from differank.losses.unbiased.estimator import ClickEstimator, at_positions, shown
+from differank.losses.unbiased.estimator import (
+    ClickEstimator,
+    at_positions,
+    check_lr_scale,
+    shown,
+)
 
 
 class TwoTower(ClickEstimator):
@@ -31,7 +36,9 @@ class TwoTower(ClickEstimator):
         tensor(1.3863, grad_fn=<DivBackward0>)
     """
 
-    def __init__(self, *, max_positions: int = 10, label_sum_weighting: bool = False) -> None:
+    def __init__(
+        self, *, max_positions: int = 10, label_sum_weighting: bool = False, lr_scale: float = 1.0
+    ) -> None:
         super().__init__(label_sum_weighting=label_sum_weighting)
         if (
             isinstance(max_positions, bool)
@@ -42,6 +49,7 @@ class TwoTower(ClickEstimator):
                 f"TwoTower: max_positions must be an integer >= 1, got {max_positions!r}"
             )
         self.max_positions = max_positions
+        self.lr_scale = check_lr_scale("TwoTower", lr_scale)  # the bias tower's learning rate
         self.position_bias = nn.Parameter(torch.zeros(max_positions))
 
     def forward(
@@ -60,4 +68,6 @@ class TwoTower(ClickEstimator):
         return self.weighted_mean(loss, click_logits, clicks, visible)
 
     def extra_repr(self) -> str:
-        return f"max_positions={self.max_positions}, {super().extra_repr()}"
+        return (
+            f"max_positions={self.max_positions}, lr_scale={self.lr_scale}, {super().extra_repr()}"
+        )

@@ -249,8 +249,9 @@ class RankingModule(EvaluationModule):
             group ``ultr``): training batches then carry clicks (``clicks``, ``positions``,
             optionally ``propensities``) and the estimator turns them into the training loss
             over ``loss``; validation and test use the true labels as always. Its parameters
-            (DLA's propensities, the two-tower bias) train with the ranker and are saved in
-            checkpoints, but never belong to the served or exported scorer (``ranker`` alone).
+            (DLA's propensities, the two-tower bias) train with the ranker, at the optimizer's
+            learning rate times the estimator's ``lr_scale``, and are saved in checkpoints, but
+            never belong to the served or exported scorer (``ranker`` alone).
     """
 
     def __init__(
@@ -348,6 +349,13 @@ class RankingModule(EvaluationModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer | dict[str, Any]:
         optimizer = self.make_optimizer(self.parameters())
+        estimator = [] if self.estimator is None else list(self.estimator.parameters())
+        if estimator:  # its own group: the learning rate times the estimator's lr_scale
+            mine = {id(parameter) for parameter in estimator}
+            ranker = [p for p in self.parameters() if id(p) not in mine]
+            optimizer = self.make_optimizer([{"params": ranker}, {"params": estimator}])
+            scale = float(getattr(self.estimator, "lr_scale", 1.0))
+            optimizer.param_groups[1]["lr"] = optimizer.defaults["lr"] * scale
         if self.make_scheduler is None:
             return optimizer
         steps = int(self.trainer.estimated_stepping_batches)

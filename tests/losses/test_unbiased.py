@@ -249,6 +249,8 @@ def test_bad_click_batches_are_named():
         Naive()(DominationLoss(pool=True), scores, clicks, positions, mask)
     with pytest.raises(ValueError, match=r"in \(0, 1\]"):
         IPS(propensities=[1.0, 0.0])
+    with pytest.raises(ValueError, match="lr_scale must be"):
+        DLA(lr_scale=0.0)
     with pytest.raises(ValueError, match="clip must be"):
         IPS(clip=0.5)
     with pytest.raises(ValueError, match="feature-space"):

@@ -16,7 +16,7 @@ from differank.rankers.run.restore import build_run, resolved
 from differank.rankers.scorers.linear import LinearRanker
 from differank.rankers.training.checkpoints import UnsafeCheckpointError, rebuild_module
 from differank.rankers.training.module import RankingModule
-from tests.conftest import ROOT, TINY_RUN
+from tests.conftest import MQ2008, ROOT, TINY_RUN, requires_mq2008
 from train import compose_run
 
 F = 7
@@ -46,10 +46,12 @@ def module_with(estimator):
 
 
 def test_the_estimator_trains_with_the_ranker_on_click_batches():
-    module = module_with(DLA(max_positions=5))
+    module = module_with(DLA(max_positions=5, lr_scale=50.0))
     optimizer = module.configure_optimizers()
-    optimised = {id(p) for group in optimizer.param_groups for p in group["params"]}
-    assert id(module.estimator.propensity_logits) in optimised
+    ranker_group, estimator_group = optimizer.param_groups
+    assert estimator_group["params"] == [module.estimator.propensity_logits]
+    assert {id(p) for p in ranker_group["params"]} == {id(p) for p in module.ranker.parameters()}
+    assert estimator_group["lr"] == 50.0 * ranker_group["lr"]
     loss = module.training_step(click_batch(), 0)
     loss.backward()
     assert module.estimator.propensity_logits.grad.abs().sum() > 0
@@ -129,3 +131,21 @@ def test_a_click_run_gets_its_estimator_and_naive_without_one(train_config):
     assert isinstance(model.estimator, DLA)
     _, model = build_run(train_config(small))
     assert type(model.estimator).__name__ == "Naive"
+
+
+@pytest.mark.slow
+@requires_mq2008
+@pytest.mark.parametrize("ultr", ["ips", "dla"])
+def test_the_issues_mq2008_click_command_trains_and_reports_true_label_metrics(tmp_path, ultr):
+    """``python train.py clicks=pbm clicks.eta=2 ultr=ips data=mq2008 data.fold=1`` (2 epochs):
+    the test metrics are measured on MQ2008's true labels."""
+    from train import run_training
+
+    overrides = ["clicks=pbm", "clicks.eta=2", f"ultr={ultr}", "data=mq2008", "data.fold=1"]
+    overrides += [f"data.root={MQ2008}", "trainer.max_epochs=2", "logger=csv", "quiet=true"]
+    metrics = run_training(overrides, tmp_path / ultr)
+    assert 0.2 < metrics["map"] < 0.7 and 0.0 < metrics["ndcg@10"] <= 1.0
+    checkpoint = torch.load(tmp_path / ultr / "checkpoints" / "best.ckpt", weights_only=True)
+    assert checkpoint["differank"]["config"]["ultr"]["_target_"].endswith(
+        {"ips": "IPS", "dla": "DLA"}[ultr]
+    )
