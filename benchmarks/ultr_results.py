@@ -60,6 +60,9 @@ ROWS = {
     "naive": Row("naive (clicks as labels)", ("ultr=naive", *LISTWISE)),
     "ips": Row("IPS (the click model's true propensities, clip 100)", ("ultr=ips", *LISTWISE)),
     "dla": Row("DLA", ("ultr=dla", "loss=softmax")),
+    # the propensity logits at 50 × the ranker's learning rate: a few hundred steps of lr 0.001
+    # move them by tenths, while log θ_k/θ_0 spans about 5 at η = 2 (chosen before any result)
+    "dla_lr50": Row("DLA, propensity lr × 50", ("ultr=dla", "loss=softmax", "++ultr.lr_scale=50")),
     "rem": Row("regression EM", ("ultr=rem", "loss=bce")),
     "pairwise": Row("pairwise debiasing", ("ultr=pairwise", "loss=ranknet")),
     "twotower": Row("two-tower (additive bias)", ("ultr=twotower", "loss=bce")),
