@@ -68,3 +68,18 @@ def ubm_oracle(labels, max_label, gamma, neg=0.1, pos=1.0):
             rates[k] += probability * clicks[k]
             examined[k] += probability * exams[k]
     return rates, examined
+
+
+def ubm_walk(model, labels, mask, uniforms):
+    """The user-browsing model walked position by position from the same uniforms
+    [B, L, 1] as ``UserBrowsingModel.sample``: the reference its loop-free form must equal."""
+    attractive = model.attractiveness(labels, mask)
+    clicks = [[0.0] * labels.shape[1] for _ in range(labels.shape[0])]
+    for b in range(labels.shape[0]):
+        last = -1
+        for k in range(labels.shape[1]):
+            examined = float(model.gamma[k, k - last - 1])
+            if float(uniforms[b, k, 0]) < examined * float(attractive[b, k]):
+                clicks[b][k] = 1.0
+                last = k
+    return clicks

@@ -35,16 +35,20 @@ class SequentialScan(ClickModel):
     def sample(
         self, labels: torch.Tensor, mask: torch.Tensor, uniforms: torch.Tensor
     ) -> torch.Tensor:
+        """The walk without a loop over positions: decide at every slot what the user would do
+        if they read it (click: ``u0 < α_k``; go on: ``u1 < λ_k`` after that click, ``u1 < γ``
+        after a skip); they read slot k exactly when they would have gone on at every slot
+        above, an exclusive cumulative product. The same draws give the same clicks as the
+        step-by-step walk."""
         attractive = self.attractiveness(labels, mask)
-        go_on_after_click = self.on("after_click", self.after_click, attractive)
-        clicks = torch.zeros_like(attractive)
-        reading = torch.ones(labels.shape[0], dtype=torch.bool, device=labels.device)
-        for k in range(labels.shape[1]):  # L <= top_k steps, each over the whole batch
-            clicked = reading & mask[:, k] & (uniforms[:, k, 0] < attractive[:, k])
-            clicks[:, k] = clicked.to(clicks.dtype)
-            go_on = torch.where(clicked, go_on_after_click[k], self.after_skip)
-            reading = reading & (uniforms[:, k, 1] < go_on)
-        return clicks
+        length = labels.shape[1]
+        go_on_after_click = self.on("after_click", self.after_click, attractive)[:length]
+        would_click = (uniforms[..., 0] < attractive) & mask
+        go_on = torch.where(would_click, go_on_after_click, self.after_skip)
+        would_go_on = (uniforms[..., 1] < go_on).to(attractive.dtype)
+        reached = torch.cumprod(would_go_on, dim=1)
+        reading = torch.cat([torch.ones_like(reached[:, :1]), reached[:, :-1]], dim=1)
+        return reading * would_click
 
     def examination(self, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         attractive = self.attractiveness(labels, mask)

@@ -192,8 +192,8 @@ def read_click_log(path: str | Path) -> ClickLog:
         found = str(archive["format"]) if "format" in names else None
         if found != FORMAT:
             raise ClickLogError(
-                f"{path}: format is {found!r}, expected {FORMAT!r} (docs/clicks.md#the-click-"
-                "log-format)"
+                f"{path}: format is {found!r}, expected {FORMAT!r} "
+                "(docs/clicks.md#the-click-log-format)"
             )
         unknown = sorted(names - set(_COLUMNS) - {"format"})
         missing = [name for name in ("session", "qid", "position", "click") if name not in names]

@@ -13,6 +13,8 @@ forward pass over the position of the last click.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from differank.datamodules.clicks.base import ClickModel
@@ -50,20 +52,42 @@ class UserBrowsingModel(ClickModel):
         self.eta = float(eta)
         #: γ_{k,d}^η at [k - 1, d - 1] (float64 [positions, positions])
         self.gamma = browsing_table(examination, positions, eta)
+        self._after_last_tables: dict[int, torch.Tensor] = {}
 
     def sample(
         self, labels: torch.Tensor, mask: torch.Tensor, uniforms: torch.Tensor
     ) -> torch.Tensor:
+        """Without a loop over positions: ``would[j, k]`` says whether the user clicks position
+        k when their last click is node j (0: none, l + 1: position l), ``u_k < γ_{k, k-l}^η
+        α_k``; from node j the next click is the first such k. The clicks are the nodes on the
+        path from node 0, found by pointer doubling in ceil(log2(L + 1)) steps. The same draws
+        give the same clicks as the step-by-step walk (tests/oracles_clicks.py)."""
         attractive = self.attractiveness(labels, mask)
-        gamma = self.on("gamma", self.gamma, attractive)
-        clicks = torch.zeros_like(attractive)
-        last = torch.full((labels.shape[0],), -1, dtype=torch.int64, device=labels.device)
-        for k in range(labels.shape[1]):  # L <= top_k steps, each over the whole batch
-            examined = gamma[k].gather(0, k - last - 1)  # distance d = k - last, column d - 1
-            clicked = uniforms[:, k, 0] < examined * attractive[:, k]
-            clicks[:, k] = clicked.to(clicks.dtype)
-            last = torch.where(clicked, k, last)
-        return clicks
+        batch, length = attractive.shape
+        if length not in self._after_last_tables:  # built once per list length
+            self._after_last_tables[length] = self._after_last(length)
+        after = self.on(f"after_last_{length}", self._after_last_tables[length], attractive)
+        threshold = after * attractive[:, None, :]  # [B, L + 1, L]
+        would = (uniforms[..., 0].contiguous()[:, None, :] < threshold).to(torch.uint8)
+        clicked, first = would.max(2)  # the first maximum: the first k clicked, if any
+        following = torch.where(clicked.bool(), first, length) + 1  # node of the next click
+        terminal = torch.full((batch, 1), length + 1, device=labels.device)
+        pointer = torch.cat([following, terminal], dim=1)  # [B, L + 2]: the path's next node
+        on_path = torch.zeros(batch, length + 2, dtype=torch.int64, device=labels.device)
+        on_path[:, 0] = 1
+        for _ in range(math.ceil(math.log2(length + 1))):  # 2^m nodes of the path after m steps
+            on_path = on_path.scatter_add(1, pointer, on_path).clamp_(max=1)
+            pointer = pointer.gather(1, pointer)
+        return on_path[:, 1 : length + 1].to(attractive.dtype)
+
+    def _after_last(self, length: int) -> torch.Tensor:
+        """float64 [L + 1, L]: ``γ_{k, k-j+1}^η`` at [j, k] for position k after the last click
+        at node j (node 0: no click, so d = k + 1), 0 where k < j (no click above the last)."""
+        table = torch.zeros(length + 1, length, dtype=torch.float64)
+        for j in range(length + 1):
+            for k in range(j, length):
+                table[j, k] = self.gamma[k, k - j]
+        return table
 
     def examination(self, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         attractive = self.attractiveness(labels, mask)

@@ -15,7 +15,7 @@ from differank.datamodules.clicks.examination import browsing_table, examination
 from differank.datamodules.clicks.pbm import PositionBasedModel
 from differank.datamodules.clicks.trust import TrustBiasModel
 from differank.datamodules.clicks.ubm import UserBrowsingModel
-from tests.oracles_clicks import pbm_oracle, scan_oracle, trust_oracle, ubm_oracle
+from tests.oracles_clicks import pbm_oracle, scan_oracle, trust_oracle, ubm_oracle, ubm_walk
 
 MAX_LABEL = 2
 # three shown lists of 6 slots; the last has 4 documents (2 padding slots)
@@ -139,3 +139,12 @@ def test_lists_longer_than_the_model_are_refused():
     model = PositionBasedModel(max_label=2, positions=4)
     with pytest.raises(ValueError, match="clicks.top_k"):
         model.simulate(LABELS, MASK)
+
+
+def test_the_loop_free_user_browsing_model_clicks_as_the_step_by_step_walk():
+    model = UserBrowsingModel(max_label=MAX_LABEL, eta=1.0, positions=6)
+    labels, mask = LABELS.float().repeat(200, 1), MASK.repeat(200, 1)
+    uniforms = torch.rand(*labels.shape, 1, generator=torch.Generator().manual_seed(9))
+    clicks = model.sample(labels, mask, uniforms)
+    assert clicks.tolist() == ubm_walk(model, labels, mask, uniforms)
+    assert clicks.sum(1).max() > 1  # sessions with several clicks are covered
