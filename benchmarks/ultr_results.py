@@ -59,7 +59,7 @@ ROWS = {
     "full": Row("full information (true labels)", ("loss=softmax",), clicks=False),
     "naive": Row("naive (clicks as labels)", ("ultr=naive", *LISTWISE)),
     "ips": Row("IPS (the click model's true propensities, clip 100)", ("ultr=ips", *LISTWISE)),
-    "dla": Row("DLA", ("ultr=dla", "loss=softmax")),
+    "dla": Row("DLA, propensity lr × 1", ("ultr=dla", "loss=softmax", "++ultr.lr_scale=1")),
     # the propensity logits at 50 × the ranker's learning rate: a few hundred steps of lr 0.001
     # move them by tenths, while log θ_k/θ_0 spans about 5 at η = 2 (chosen before any result)
     "dla_lr50": Row("DLA, propensity lr × 50", ("ultr=dla", "loss=softmax", "++ultr.lr_scale=50")),
@@ -126,6 +126,34 @@ def table(results: dict[str, list[dict]]) -> str:
     return "\n".join(lines)
 
 
+def learned_propensities(results: dict[str, list[dict]], clicks: str, eta: float) -> str:
+    """A table of the propensities θ̂_k/θ̂_0 each DLA row learned (the tested checkpoint's
+    logits, mean over its runs) beside the click model's true ratio (PBM: eye tracking^η)."""
+    lines = []
+    for name, runs in results.items():
+        if "ultr=dla" not in ROWS[name].overrides:
+            continue
+        ratios = []
+        for result in runs:
+            weights = torch.load(result["folder"] / "checkpoints" / "best.ckpt", weights_only=True)[
+                "state_dict"
+            ]
+            logits = weights["estimator.propensity_logits"].double()
+            ratios.append((logits - logits[0]).exp())
+        mean = torch.stack(ratios).mean(dim=0)
+        lines.append(f"| {ROWS[name].title} | " + " | ".join(f"{v:.3f}" for v in mean) + " |")
+    if not lines:
+        return ""
+    k = len(mean)
+    if clicks == "pbm":
+        from differank.datamodules.clicks.examination import examination_curve
+
+        truth = examination_curve("eye_tracking", k, eta)
+        lines.append("| true (PBM) | " + " | ".join(f"{v:.3f}" for v in truth / truth[0]) + " |")
+    header = "| θ̂_k / θ̂_0 | " + " | ".join(f"k={i + 1}" for i in range(k)) + " |"
+    return "\n".join([header, "|" + "---|" * (k + 1), *lines])
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -183,6 +211,10 @@ def main(argv: list[str] | None = None) -> None:
             + f"; clicks `{' '.join(click_overrides(args.clicks, args.eta))}`.",
             "",
             table(results),
+            "",
+            "Propensities learned by the DLA rows (the tested epoch's, mean over runs):",
+            "",
+            learned_propensities(results, args.clicks, args.eta),
             "",
         ]
     )
