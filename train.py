@@ -1,9 +1,11 @@
 """Train a ranker, pick the best validation epoch, test it and write the run's outputs.
 
 ``task=fit`` (default) trains (resuming from ``ckpt_path``, e.g. ``RUN/checkpoints/last.ckpt``)
-and tests the best epoch; ``task=test`` tests the weights of ``ckpt_path``; ``task=predict``
-scores the test split without metrics; ``task=export`` writes ``export/scorer.pt``
-(TorchScript) and ``export/scorer.onnx`` from the checkpoint alone. Every checkpoint carries the
+and tests the best epoch (on clicks with ``clicks=pbm|cascade|dcm|ubm|trust``, docs/clicks.md);
+``task=simulate`` writes the click log those sessions make (``RUN/clicks.npz``); ``task=test``
+tests the weights of ``ckpt_path``; ``task=predict`` scores the test split without metrics;
+``task=export`` writes ``export/scorer.pt`` (TorchScript) and ``export/scorer.onnx`` from the
+checkpoint alone. Every checkpoint carries the
 run's resolved config, a fingerprint of its data (content sha256, feature count, normalization
 statistics) and its serving record (feature transform and statistics): test and predict
 rebuild data, model and loss from it (allowlisted classes only: a checkpoint is data, never

@@ -15,6 +15,7 @@ Public API::
       .setup(stage=None)       idempotent; parses (or loads the cache)
       .train_dataloader() / .val_dataloader() / .test_dataloader() / .predict_dataloader()
       .full_batch(split)       all queries of "train" | "val" | "test" as one padded batch
+      .replace_training_lists(tensors)   serve other training lists (clicks: docs/clicks.md)
       .split_files(split)      source files in concatenation order (no parsing)
       .num_rows(split), .split_data(split) -> LetorSplit
       .file_sha256(split)      sha256 of each source file, from the cache (no re-read)
@@ -604,6 +605,17 @@ class LetorDataModule(pl.LightningDataModule):
 
     def predict_dataloader(self) -> DataLoader:
         return self._loader("test")
+
+    def replace_training_lists(self, tensors: SplitTensors) -> None:
+        """Serve ``tensors`` as the training queries instead of the training files' (whole
+        lists, never capped by ``max_list``): a click run's shown lists, or the sessions of a
+        click log (docs/clicks.md). ``split_data("train")``, validation and test are unchanged;
+        the loaders, the device copy and DDP sharding are the usual ones."""
+        self._load()
+        self._datasets["train"] = QueryBatchDataset(tensors)
+        self._device_datasets = {
+            key: value for key, value in self._device_datasets.items() if key[0] != "train"
+        }
 
     def full_batch(self, split: str) -> dict[str, torch.Tensor]:
         """Every served query of ``split`` as one padded batch (L = its longest list), whole

@@ -34,6 +34,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from differank.datamodules.download import data_home
+from differank.losses.unbiased import Naive
+from differank.rankers.run.click_runs import click_datamodule
 from differank.rankers.run.export import Scorer, check_serving_record, serving_scorer
 from differank.rankers.training.checkpoints import (
     LETOR,
@@ -45,6 +47,7 @@ from differank.rankers.training.checkpoints import (
     build_model,
     load_checkpoint,
     rebuild_module,
+    restored_estimator,
     run_record,
     serving_statistics,
 )
@@ -146,7 +149,8 @@ def build_run(cfg: DictConfig, checkpoint: dict[str, Any] | None = None):
     check_data_root(cfg.data)
     metrics = {"metric_convention": cfg.metrics.convention}  # the command line's, never restored
     if checkpoint is None:
-        datamodule = instantiate(cfg.data)
+        metrics |= click_estimator(cfg)
+        datamodule = click_datamodule(cfg, instantiate(cfg.data))  # clicks=none: the data itself
         loss = instantiate(cfg.loss)
         model = instantiate(cfg.model, loss=loss, n_features=datamodule.n_features, **metrics)
         return datamodule, model
@@ -162,8 +166,33 @@ def build_run(cfg: DictConfig, checkpoint: dict[str, Any] | None = None):
     loss = build(nodes["loss"], "loss")
     features = ("the data's feature count", datamodule.n_features)
     weights = checkpoint["state_dict"]
+    metrics |= restored_estimator(checkpoint["differank"].get("config", {}))
     model = build_model(nodes["model"], weights, cfg.ckpt_path, features, loss=loss, **metrics)
     return datamodule, model
+
+
+def click_estimator(cfg: DictConfig) -> dict[str, Any]:
+    """``{"estimator": the instantiated cfg.ultr}`` when the run trains from clicks, else
+    ``{}``. A click run without ``ultr`` trains with the naive estimator (clicks as labels,
+    said in the log); an estimator without clicks is refused with the fix."""
+    ultr, clicks = cfg.get("ultr"), cfg.get("clicks")
+    clicking = clicks is not None and clicks.get("mode") is not None
+    if ultr is None:
+        if clicking:
+            log.info("clicks without ultr=...: the naive estimator (clicks as labels) trains")
+            return {"estimator": Naive()}
+        return {}
+    if not clicking:
+        raise ValueError(
+            f"ultr ({ultr.get('_target_')}) debiases training on clicks, but clicks=none "
+            "trains on the true labels: add a click model (clicks=pbm, ...) or drop ultr"
+        )
+    if "solver" in cfg.model:
+        raise ValueError(
+            "ultr=... trains by gradient steps: it needs a gradient-trained model "
+            "(model=linear, mlp, transformer), not a full-batch solver"
+        )
+    return {"estimator": instantiate(ultr)}
 
 
 def check_data_root(data: DictConfig) -> None:

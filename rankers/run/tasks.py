@@ -1,5 +1,5 @@
-"""The tasks of ``train.py``: fit, test, predict, export (see train.py's docstring for what
-each writes). Imported only when a task runs, so ``python train.py --help`` and a mistyped
+"""The tasks of ``train.py``: fit, test, predict, export, simulate (see train.py's docstring
+for what each writes). Imported only when a task runs, so ``python train.py --help`` and a mistyped
 override answer without loading Lightning.
 
 Public API::
@@ -20,6 +20,7 @@ from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from differank.rankers.run.click_runs import simulate
 from differank.rankers.run.export import (
     export_onnx,
     export_torchscript,
@@ -41,7 +42,8 @@ from differank.rankers.run.scoring import (
 )
 from differank.rankers.training.checkpoints import load_checkpoint
 
-TASKS = ("fit", "test", "predict", "export")
+TASKS = ("fit", "test", "predict", "export", "simulate")
+_NEED_CHECKPOINT = ("test", "predict", "export")
 log = logging.getLogger(__name__)
 
 # Known third-party noise, filtered as pyproject.toml's pytest filterwarnings does. Only these
@@ -74,9 +76,9 @@ def run_task(cfg: DictConfig, run_dir: Path) -> float:
     """Run ``cfg.task`` and write the outputs into ``run_dir``; ``cfg`` is the composed
     ``conf/train.yaml``."""
     files = cfg.get("files")
-    if cfg.task not in TASKS or (cfg.task != "fit" and not cfg.ckpt_path):
+    if cfg.task not in TASKS or (cfg.task in _NEED_CHECKPOINT and not cfg.ckpt_path):
         raise ValueError(
-            f"task must be one of {TASKS} (all but fit need ckpt_path=...), "
+            f"task must be one of {TASKS} ({', '.join(_NEED_CHECKPOINT)} need ckpt_path=...), "
             f"got task={cfg.task} ckpt_path={cfg.ckpt_path}"
         )
     if files and cfg.task not in ("test", "predict"):
@@ -84,6 +86,10 @@ def run_task(cfg: DictConfig, run_dir: Path) -> float:
     quiet_third_party()
     if cfg.task == "fit":
         return fit(cfg, run_dir)
+    if cfg.task == "simulate":
+        pl.seed_everything(cfg.seed, workers=True, verbose=False)
+        simulate(cfg, run_dir)
+        return float("nan")
     checkpoint = load_checkpoint(cfg.ckpt_path)
     serving = checkpoint.get("differank", {}).get("serving")
     if cfg.task == "export" and serving is not None:  # the checkpoint alone: no data read

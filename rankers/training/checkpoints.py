@@ -34,6 +34,7 @@ Public API::
     serving_statistics(record, path)      # its serving record, its feature count checked
     check_weights(weights, path), check_finite(entry, tensor, path, why)
     rebuild_module(checkpoint, path)      # the trained Lightning module, weights loaded, eval
+    restored_estimator(config)            # the run's click estimator (or None), checked, built
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from typing import Any
 import torch
 
 from differank.losses.module_form import loss_classes
+from differank.losses.unbiased import ESTIMATORS
 
 _DATA = "differank.datamodules"
 _OPTIM = "torch.optim"
@@ -61,6 +63,8 @@ ALLOWED_TARGETS = frozenset(
         f"{_DATA}.synthetic.SyntheticLetorDataModule",
         # every loss class in losses/*.py: a new loss file is allowed without editing this list
         *(f"{cls.__module__}.{cls.__qualname__}" for cls in loss_classes()),
+        # the click estimators (config group ultr): their weights are in a run's checkpoints
+        *(f"{cls.__module__}.{cls.__qualname__}" for cls in ESTIMATORS),
         "differank.rankers.scorers.conerank.ConeRank",
         "differank.rankers.scorers.linear.LinearRanker",
         "differank.rankers.scorers.mlp.MLPRanker",
@@ -99,6 +103,7 @@ SIZE_ARGUMENTS = {
 MAX_CONFIG_DEPTH = 32  # train.py's configs nest 4 deep: a deeper record is refused, not recursed
 TARGET, PARTIAL = "_target_", "_partial_"
 RESTORED = ("data", "model", "loss")  # the config groups a checkpoint's run is rebuilt from
+ESTIMATOR = "ultr"  # the click estimator's group: rebuilt with the model when the run had one
 
 
 class UnsafeCheckpointError(ValueError):
@@ -358,6 +363,17 @@ def rebuild_module(checkpoint: dict[str, Any], path: str | Path):
     loss = build(config["loss"], "loss")
     weights = checkpoint["state_dict"]
     features = ("serving['n_features']", n_features)
-    module = build_model(config["model"], weights, path, features, loss=loss)
+    module = build_model(
+        config["model"], weights, path, features, loss=loss, **restored_estimator(config)
+    )
     module.load_state_dict(weights)
     return module.eval()
+
+
+def restored_estimator(config: dict[str, Any]) -> dict[str, Any]:
+    """``{"estimator": module}`` for a run record's config that trained from clicks (group
+    ``ultr``, allowlisted and checked by :func:`build`), else ``{}``: the estimator's weights
+    (DLA's propensities, the two-tower bias) are in the checkpoint, so the module that loads
+    them must have it; the served scorer is the ranker alone either way."""
+    node = config.get(ESTIMATOR)
+    return {} if node is None else {"estimator": build(node, ESTIMATOR)}

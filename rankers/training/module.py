@@ -245,6 +245,13 @@ class RankingModule(EvaluationModule):
             ``trainer.estimated_stepping_batches``.
         metric_convention: the rules of ``val/*`` and ``test/*`` (docs/metrics.md#conventions);
             ``train.py`` passes ``metrics.convention``.
+        estimator: ``None``, or a click estimator of :mod:`differank.losses.unbiased` (config
+            group ``ultr``): training batches then carry clicks (``clicks``, ``positions``,
+            optionally ``propensities``) and the estimator turns them into the training loss
+            over ``loss``; validation and test use the true labels as always. Its parameters
+            (DLA's propensities, the two-tower bias) train with the ranker, at the optimizer's
+            learning rate times the estimator's ``lr_scale``, and are saved in checkpoints, but
+            never belong to the served or exported scorer (``ranker`` alone).
     """
 
     def __init__(
@@ -259,6 +266,7 @@ class RankingModule(EvaluationModule):
         augment_noise: float = 0.0,
         scheduler: Callable[..., torch.optim.lr_scheduler.LRScheduler] | None = None,
         metric_convention: str = "letor",
+        estimator: nn.Module | None = None,
     ) -> None:
         if l1 < 0 or l2 < 0:
             raise ValueError(f"l1 and l2 must be >= 0, got l1={l1}, l2={l2}")
@@ -269,6 +277,7 @@ class RankingModule(EvaluationModule):
         self.make_scheduler = scheduler
         self.l1, self.l2 = float(l1), float(l2)
         self.augment_noise = float(augment_noise)
+        self.estimator = estimator
         self._epoch_loss_sum: torch.Tensor | None = None  # Σ queries · loss of this epoch
         self._epoch_loss_queries = 0
 
@@ -291,9 +300,27 @@ class RankingModule(EvaluationModule):
         return {**batch, "features": torch.where(real, noisy, features)}
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss = self.batch_loss(self.augment(batch))
+        batch = self.augment(batch)
+        loss = self.click_loss(batch) if "clicks" in batch else self.batch_loss(batch)
         self._add_to_epoch_loss(loss, batch["mask"].shape[0])
         return loss + self.penalty()
+
+    def click_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The estimator's loss on a click batch (``clicks``, ``positions``, ``mask``, optional
+        ``propensities``: the contract of docs/objectives/unbiased.md#click-batches)."""
+        if self.estimator is None:
+            raise ValueError(
+                "the training batches carry clicks but the model has no click estimator: choose "
+                "one with ultr=naive|ips|dla|rem|pairwise|twotower|dr"
+            )
+        return self.estimator(
+            self.loss,
+            self.loss_target(batch),
+            batch["clicks"],
+            batch["positions"],
+            batch["mask"],
+            batch.get("propensities"),
+        )
 
     def _add_to_epoch_loss(self, loss: torch.Tensor, size: int) -> None:
         """Sum ``size · loss`` on the loss's device: one op per step, no host read. (A
@@ -322,6 +349,13 @@ class RankingModule(EvaluationModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer | dict[str, Any]:
         optimizer = self.make_optimizer(self.parameters())
+        estimator = [] if self.estimator is None else list(self.estimator.parameters())
+        if estimator:  # its own group: the learning rate times the estimator's lr_scale
+            mine = {id(parameter) for parameter in estimator}
+            ranker = [p for p in self.parameters() if id(p) not in mine]
+            optimizer = self.make_optimizer([{"params": ranker}, {"params": estimator}])
+            scale = float(getattr(self.estimator, "lr_scale", 1.0))
+            optimizer.param_groups[1]["lr"] = optimizer.defaults["lr"] * scale
         if self.make_scheduler is None:
             return optimizer
         steps = int(self.trainer.estimated_stepping_batches)

@@ -1,0 +1,248 @@
+"""Training on clicks: a LETOR data module whose training batches are sessions of shown lists
+with clicks, simulated online on the training device or read from a click log (offline).
+
+``ClickDataModule`` wraps a LETOR data module (validation, test, prediction, the data
+fingerprint and every other attribute are the wrapped module's, read through). Its training
+split is replaced (``LetorDataModule.replace_training_lists``) by
+
+* online (``ClickDataModule.simulated``): the shown lists, one per training query, the top k of
+  a production ranker in shown order, with their TRUE labels; every training batch gets one
+  fresh session per list, sampled by the click model in ``on_after_batch_transfer`` (on the
+  device the model trains on) from a generator seeded by ``(seed, batch number)``;
+* offline (``ClickDataModule.logged``): the sessions of a click log
+  (:mod:`~differank.datamodules.clicks.click_log`), one list per session, their clicks in the
+  labels' place; the same every epoch.
+
+Either way the training step sees THE CLICK BATCH CONTRACT (docs/clicks.md#the-click-batch):
+the usual ``features``, ``mask``, ``qid``, ``doc_index`` (the row of the served split: the
+training file's row online, the log's row offline) plus ``clicks`` float [B, L] (0/1, 0 at
+padding), ``positions`` int64 [B, L] (0-based, -1 at padding) and, when known,
+``propensities`` float [B, L] (P(examined) of each slot: the click model's, or the log's
+``propensity`` column; 1 at padding). ``labels`` is removed: nothing that trains on clicks can
+read the true labels. Validation and test batches are the ordinary ones (true labels).
+
+A log of one session per training query written by ``task=simulate``
+(:func:`ClickDataModule.sessions`) holds, in session ``i``, the clicks the online simulation
+gives query ``i`` in its first epoch: training one epoch on it equals the online run's first
+epoch, step by step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+
+from differank.datamodules.clicks.base import ClickModel
+from differank.datamodules.clicks.click_log import ClickLog, ClickLogError
+from differank.datamodules.letor import LetorDataModule
+from differank.datamodules.normalization import apply_zscore
+from differank.datamodules.split_tensors import SplitTensors
+
+
+def batch_seed(seed: int, batch_number: int) -> int:
+    """The click generator's seed for the ``batch_number``-th training batch of a run (from
+    0): independent streams per batch, whatever the device.
+
+    Example:
+        >>> batch_seed(0, 1) == batch_seed(0, 1) != batch_seed(0, 2)
+        True
+    """
+    state = np.random.SeedSequence([seed, batch_number]).generate_state(2, np.uint32)
+    return int(state[0]) << 31 | int(state[1]) >> 1  # 62 bits: manual_seed takes a signed int64
+
+
+class ClickDataModule(pl.LightningDataModule):
+    """A LETOR data module trained on clicks (the module docstring). Build it with
+    :meth:`simulated` or :meth:`logged`."""
+
+    def __init__(
+        self,
+        data: LetorDataModule,
+        training_lists: SplitTensors,
+        *,
+        click_model: ClickModel | None = None,
+        log: ClickLog | None = None,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if (click_model is None) == (log is None):
+            raise ValueError("a click run simulates (click_model) or reads a log (log), not both")
+        self.data = data
+        self.click_model = click_model
+        self.log = log
+        self.seed = int(seed)
+        self.clicks_mode = "online" if click_model is not None else "offline"
+        self.batches_drawn = 0  # training batches given clicks so far (seeds the next one)
+        self._generators: dict[torch.device, torch.Generator] = {}
+        self._log_columns: dict[torch.device, dict[str, torch.Tensor]] = {}
+        data.replace_training_lists(training_lists)
+
+    # ---- construction ------------------------------------------------------------------------
+
+    @classmethod
+    def simulated(
+        cls, data, shown_rows: Sequence[np.ndarray], click_model: ClickModel, seed: int = 0
+    ) -> ClickDataModule:
+        """Online simulation on the lists ``shown_rows`` (rows of the training split, top
+        first; one per served training query, in the split's query order)."""
+        split = data.split_data("train")
+        if len(shown_rows) != len(split.queries):
+            raise ValueError(
+                f"{len(shown_rows)} shown lists for {len(split.queries)} training queries: one "
+                "list per served training query"
+            )
+        tensors = SplitTensors.from_queries(
+            torch.from_numpy(split.features),
+            torch.from_numpy(split.labels),
+            [np.asarray(rows, dtype=np.int64) for rows in shown_rows],
+            split.query_ids[split.queries],
+        )
+        return cls(data, tensors, click_model=click_model, seed=seed)
+
+    @classmethod
+    def logged(cls, data, log: ClickLog, seed: int = 0) -> ClickDataModule:
+        """Offline training on the sessions of ``log``; features from its ``doc_row`` column
+        (the training split's rows, as normalised for this run) or, without one, its raw
+        ``features`` column (this run's feature transform and z-score applied)."""
+        features = torch.from_numpy(_log_features(data, log))
+        offsets = log.offsets
+        tensors = SplitTensors(
+            features,
+            torch.from_numpy(log.click.astype(np.float32)),
+            np.arange(len(log.click)),
+            offsets,
+            log.qid[offsets[:-1]],
+        )
+        return cls(data, tensors, log=log, seed=seed)
+
+    # ---- the wrapped data module -------------------------------------------------------------
+
+    def __getattr__(self, name: str):
+        """Everything not defined here (``n_features``, ``split_data``, ``feature_mean``, ...)
+        is the wrapped data module's."""
+        if name == "data":  # not set yet (unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.data, name)
+
+    def _wrapped(self) -> LetorDataModule:
+        self.data.trainer = self.trainer  # the loaders read the device and the DDP rank from it
+        return self.data
+
+    def prepare_data(self) -> None:
+        self._wrapped().prepare_data()
+
+    def setup(self, stage: str) -> None:
+        self._wrapped().setup(stage)
+
+    def train_dataloader(self):
+        return self._wrapped().train_dataloader()
+
+    def val_dataloader(self):
+        return self._wrapped().val_dataloader()
+
+    def test_dataloader(self):
+        return self._wrapped().test_dataloader()
+
+    def predict_dataloader(self):
+        return self._wrapped().predict_dataloader()
+
+    def full_batch(self, split: str):
+        raise ValueError(
+            "full-batch solvers (model=domination_cd, model=hinge_cutting_plane) do not train "
+            "on clicks: use a gradient-trained model (model=linear, mlp, transformer)"
+        )
+
+    # ---- the click batch ---------------------------------------------------------------------
+
+    def on_after_batch_transfer(self, batch: dict, dataloader_idx: int) -> dict:
+        """Training batches become click batches (on the training device); others pass."""
+        trainer = self.trainer
+        if trainer is None or not trainer.training:
+            return batch
+        return self.click_batch(batch)
+
+    def click_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """A training batch of the served lists as the click batch contract (module docstring):
+        the next session sampled (online) or the logged one (offline); ``labels`` removed."""
+        batch = dict(batch)
+        labels, mask = batch.pop("labels"), batch["mask"]
+        if self.click_model is not None:
+            generator = self._generator(mask.device)
+            generator.manual_seed(batch_seed(self.seed, self.batches_drawn))
+            self.batches_drawn += 1
+            batch["clicks"] = self.click_model.simulate(labels, mask, generator).float()
+            batch["propensities"] = self.click_model.propensities(labels, mask).float()
+            slots = torch.arange(mask.shape[1], device=mask.device).expand(mask.shape)
+            batch["positions"] = slots.masked_fill(~mask, -1)
+            return batch
+        columns = self._log_on(mask.device)
+        rows = batch["doc_index"].clamp(min=0)
+        batch["clicks"] = labels.float() * mask
+        batch["positions"] = columns["position"][rows].masked_fill(~mask, -1)
+        if "propensity" in columns:
+            batch["propensities"] = columns["propensity"][rows].masked_fill(~mask, 1.0)
+        return batch
+
+    def sessions(self, passes: int = 1) -> Iterator[tuple[int, dict[str, torch.Tensor], dict]]:
+        """``passes`` epochs of online sessions, in the training order: ``(epoch, batch, click
+        batch)`` on the host, exactly the sessions ``fit`` would draw (``task=simulate``)."""
+        if self.click_model is None:
+            raise ValueError("sessions are simulated: this data module reads a click log")
+        loader = self._wrapped().train_dataloader()
+        for epoch in range(passes):
+            for batch in loader:
+                yield epoch, batch, self.click_batch(batch)
+
+    def _generator(self, device: torch.device) -> torch.Generator:
+        if device not in self._generators:
+            self._generators[device] = torch.Generator(device)
+        return self._generators[device]
+
+    def _log_on(self, device: torch.device) -> dict[str, torch.Tensor]:
+        """The log's per-row columns on ``device`` (copied once)."""
+        if device not in self._log_columns:
+            log = self.log
+            assert log is not None
+            columns = {"position": torch.from_numpy(log.position)}
+            if log.propensity is not None:
+                columns["propensity"] = torch.from_numpy(log.propensity)
+            self._log_columns[device] = {k: v.to(device) for k, v in columns.items()}
+        return self._log_columns[device]
+
+
+def _log_features(data, log: ClickLog) -> np.ndarray:
+    """float32 [N, F]: the features of every log row (see :meth:`ClickDataModule.logged`)."""
+    n_features = data.n_features
+    if log.doc_row is not None:
+        split = data.split_data("train")
+        outside = log.doc_row >= split.num_rows
+        if outside.any():
+            row = int(np.flatnonzero(outside)[0])
+            raise ClickLogError(
+                f"{log.source}: row {row} (session {log.session[row]}): doc_row "
+                f"{log.doc_row[row]} is outside the {split.num_rows} rows of this run's "
+                "training split (a doc_row log needs the data it was written for: same data "
+                "and fold)"
+            )
+        return np.ascontiguousarray(split.features[log.doc_row])
+    assert log.features is not None
+    if log.features.shape[1] != n_features:
+        raise ClickLogError(
+            f"{log.source}: features has {log.features.shape[1]} columns, the data "
+            f"{n_features}: a log's features must be the run's features, in order"
+        )
+    if getattr(data, "normalization", "none") == "query_minmax":
+        raise ClickLogError(
+            f"{log.source}: a features log cannot be normalised per query "
+            "(data.normalization=query_minmax); use zscore or none, or a doc_row log"
+        )
+    features = log.features.copy()
+    transform = data.feature_transform
+    if transform is not None:
+        features = transform(torch.from_numpy(features)).numpy().astype(np.float32)
+    if data.feature_mean is not None:
+        apply_zscore(features, data.feature_mean, data.feature_std)
+    return features

@@ -1,0 +1,107 @@
+"""What a run does with the ``clicks`` config group (conf/clicks/, docs/clicks.md): the
+training data of a click run, and ``task=simulate``, which writes the click log the online
+simulation would draw.
+
+Public API::
+
+    click_datamodule(cfg, datamodule) -> datamodule   # the run's data, on clicks when asked
+    simulate(cfg, run_dir) -> Path                    # task=simulate: the click log written
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from differank.datamodules.clicks.click_log import ClickLog, read_click_log
+from differank.datamodules.clicks.datamodule import ClickDataModule
+from differank.rankers.run.production import shown_lists
+
+log = logging.getLogger(__name__)
+MODES = ("online", "offline")
+
+
+def click_datamodule(cfg: DictConfig, datamodule):
+    """``datamodule`` itself for ``clicks=none``; else a
+    :class:`~differank.datamodules.clicks.datamodule.ClickDataModule` around it: offline, the
+    log at ``clicks.log``; online, ``clicks.model`` simulating on the production ranker's top
+    ``clicks.top_k`` of every training query."""
+    clicks = cfg.get("clicks")
+    if clicks is None or clicks.get("mode") is None:
+        return datamodule
+    if clicks.mode not in MODES:
+        raise ValueError(f"clicks.mode must be one of {MODES}, got {clicks.mode!r}")
+    if clicks.mode == "offline":
+        if not clicks.get("log"):
+            raise ValueError(
+                "clicks.mode=offline trains on a click log: set clicks.log=PATH (write one with "
+                "task=simulate, docs/clicks.md#the-click-log-format)"
+            )
+        logged = read_click_log(clicks.log)
+        log.info("training on the click log %s (%d sessions)", clicks.log, len(logged.offsets) - 1)
+        return ClickDataModule.logged(datamodule, logged, seed=cfg.seed)
+    if clicks.get("model") is None:
+        raise ValueError(
+            f"clicks={cfg.clicks.get('name', '?')} has no click model to simulate with: choose "
+            "clicks=pbm|cascade|dcm|ubm|trust, or clicks.mode=offline with clicks.log=PATH"
+        )
+    make_model = instantiate(clicks.model)  # a partial: the data and top_k complete it
+    model = make_model(max_label=max(datamodule.label_levels), positions=int(clicks.top_k))
+    shown = shown_lists(datamodule, clicks.production, int(clicks.top_k), int(cfg.seed))
+    return ClickDataModule.simulated(datamodule, shown, model, seed=cfg.seed)
+
+
+def simulate(cfg: DictConfig, run_dir: Path) -> Path:
+    """``task=simulate``: ``clicks.sessions_per_query`` epochs of the online simulation (the
+    sessions ``task=fit`` would draw on the CPU, in its order) written as a click log at
+    ``clicks.log`` (default ``RUN/clicks.npz``); session ``p·Q + i`` is query ``i``'s in epoch
+    ``p``, so a one-session log trains like the online run's first epoch."""
+    clicks = cfg.get("clicks")
+    if clicks is None or clicks.get("model") is None or clicks.get("mode") != "online":
+        raise ValueError(
+            "task=simulate needs a click model simulating online: clicks=pbm|cascade|dcm|ubm|"
+            "trust (and clicks.mode=online)"
+        )
+    passes = int(clicks.get("sessions_per_query", 1))
+    if passes < 1:
+        raise ValueError(f"clicks.sessions_per_query must be >= 1, got {passes}")
+    data = click_datamodule(cfg, instantiate(cfg.data))
+    split = data.split_data("train")
+    position_of = {int(q): i for i, q in enumerate(split.query_ids[split.queries])}
+    n_queries = len(position_of)
+    sessions: dict[int, tuple] = {}
+    for epoch, batch, click_batch in data.sessions(passes):
+        mask = batch["mask"]
+        for b, qid in enumerate(batch["qid"].tolist()):
+            real = mask[b]
+            sessions[epoch * n_queries + position_of[qid]] = (
+                qid,
+                batch["doc_index"][b, real].numpy(),
+                click_batch["clicks"][b, real].numpy(),
+                click_batch["propensities"][b, real].numpy(),
+            )
+    order = sorted(sessions)
+    lengths = [len(sessions[s][1]) for s in order]
+    written = ClickLog(
+        session=np.repeat(order, lengths),
+        qid=np.repeat([sessions[s][0] for s in order], lengths),
+        position=np.concatenate([np.arange(n) for n in lengths]),
+        click=np.concatenate([sessions[s][2] for s in order]).astype(np.uint8),
+        doc_row=np.concatenate([sessions[s][1] for s in order]),
+        propensity=np.concatenate([sessions[s][3] for s in order]),
+    )
+    path = Path(clicks.log) if clicks.get("log") else run_dir / "clicks.npz"
+    written.write(path)
+    clicked = int(written.click.sum())
+    log.info(
+        "click log: %d sessions, %d shown documents, %d clicks -> %s",
+        len(order),
+        len(written.click),
+        clicked,
+        path,
+    )
+    return path

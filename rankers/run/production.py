@@ -1,0 +1,140 @@
+"""The production ranker of the semi-synthetic click protocol (as ULTRA's pipelines run it):
+a ranker trained on a small random sample of the training queries with their true labels
+(1 % by default; ULTRA trains a RankSVM on it), whose top k documents per training query are the
+lists users are shown.
+
+Public API::
+
+    production_scores(data, production, seed) -> float64 [N]   # a score per training row
+    shown_lists(data, production, top_k, seed) -> list[np.ndarray]  # rows shown, top first
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import warnings
+from collections.abc import Iterator
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+from torch.utils.data import DataLoader
+
+from differank.datamodules.clicks.shown_lists import top_k_rows
+from differank.datamodules.query_batches import QueryBatchSampler
+from differank.datamodules.split_tensors import QueryBatchDataset, SplitTensors
+
+log = logging.getLogger(__name__)
+_SCORING_QUERIES = 256  # queries scored per batch
+
+
+def sampled_queries(n_queries: int, fraction: float, seed: int) -> np.ndarray:
+    """Positions of ``max(1, round(fraction · n_queries))`` training queries drawn without
+    replacement from ``seed``, sorted.
+
+    Example:
+        >>> len(sampled_queries(471, 0.01, seed=0))
+        5
+    """
+    if not 0 < fraction <= 1:
+        raise ValueError(
+            f"clicks.production.fraction must be in (0, 1] (a share of the training queries), "
+            f"got {fraction}"
+        )
+    count = max(1, round(fraction * n_queries))
+    rng = np.random.default_rng([seed, 35])
+    return np.sort(rng.choice(n_queries, size=count, replace=False))
+
+
+@contextlib.contextmanager
+def _quiet_lightning() -> Iterator[None]:
+    """Lightning's set-up lines ("GPU available", "max_epochs reached") of the production
+    ranker's small fit stay off the run's console."""
+    lightning = logging.getLogger("pytorch_lightning")
+    level = lightning.level
+    lightning.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        lightning.setLevel(level)
+
+
+def production_scores(data, production: DictConfig, seed: int) -> np.ndarray:
+    """Train ``production.model`` (a gradient-trained differank model, e.g. the linear ranker)
+    with ``production.loss`` on a ``production.fraction`` sample of the training queries (true
+    labels) for ``production.max_epochs`` epochs, and score every training row with it. The
+    global random state is left as it was (a click run and a log-trained run start alike)."""
+    split = data.split_data("train")
+    chosen = split.queries[sampled_queries(len(split.queries), production.fraction, seed)]
+    sample = SplitTensors.from_queries(
+        torch.from_numpy(split.features),
+        torch.from_numpy(split.labels),
+        [split.query_rows[q] for q in chosen],
+        split.query_ids[chosen],
+    )
+    dataset = QueryBatchDataset(sample)
+    sampler = QueryBatchSampler(
+        dataset.lengths, int(production.batch_size), shuffle=True, seed=seed
+    )
+    loader = DataLoader(
+        dataset,
+        batch_sampler=sampler,
+        collate_fn=QueryBatchDataset.collate_fn,  # type: ignore[arg-type]  # whole batches
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        module = instantiate(
+            production.model, loss=instantiate(production.loss), n_features=data.n_features
+        )
+        trainer = pl.Trainer(
+            max_epochs=int(production.max_epochs),
+            accelerator="cpu",
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            limit_val_batches=0,
+            num_sanity_val_steps=0,
+        )
+        with warnings.catch_warnings(), _quiet_lightning():
+            warnings.filterwarnings("ignore", message=".*no `val_dataloader`")  # none: by design
+            trainer.fit(module, train_dataloaders=loader)
+    log.info(
+        "production ranker: %s trained on %d of %d training queries (%.1f %%)",
+        type(module.ranker).__name__,
+        len(chosen),
+        len(split.queries),
+        100 * len(chosen) / len(split.queries),
+    )
+    return _score_rows(module, split)
+
+
+def _score_rows(module, split) -> np.ndarray:
+    """float64 [N]: the module's score of every training row (rows of unserved queries: NaN)."""
+    tensors = SplitTensors.from_queries(
+        torch.from_numpy(split.features),
+        torch.from_numpy(split.labels),
+        split.query_rows,
+        split.query_ids,
+    )
+    scores = np.full(split.num_rows, math.nan)
+    module.eval()
+    with torch.no_grad():
+        for start in range(0, len(split.query_rows), _SCORING_QUERIES):
+            queries = np.arange(start, min(start + _SCORING_QUERIES, len(split.query_rows)))
+            batch = tensors.batch(queries)
+            values = module(batch["features"], batch["mask"])
+            real = batch["mask"]
+            scores[batch["doc_index"][real].numpy()] = values[real].double().numpy()
+    return scores
+
+
+def shown_lists(data, production: DictConfig, top_k: int, seed: int) -> list[np.ndarray]:
+    """The rows the production ranker shows for every served training query (top first)."""
+    scores = production_scores(data, production, seed)
+    split = data.split_data("train")
+    return top_k_rows(scores, [split.query_rows[q] for q in split.queries], top_k)

@@ -1,0 +1,81 @@
+"""Click runs end to end through train.py: every click model trains and is tested on the true
+labels; a log written by task=simulate trains exactly the model of the online simulation; a
+click run's checkpoint restores under the usual trust rules."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from differank.datamodules.clicks.click_log import read_click_log
+from differank.rankers.run.production import sampled_queries
+from tests.conftest import TINY_DATA
+from train import compose_run, run_training, train
+
+RUN = [*TINY_DATA, "trainer.max_epochs=1", "logger=csv", "quiet=true"]
+
+
+def clicks(model: str) -> list[str]:
+    """A simulating click run's overrides: ``model``, six documents shown."""
+    return [f"clicks={model}", "clicks.top_k=6"]
+
+
+def weights(run_dir):
+    state = torch.load(run_dir / "checkpoints" / "best.ckpt", weights_only=True)["state_dict"]
+    return {key: value for key, value in state.items() if key.startswith("ranker.")}
+
+
+def test_a_simulated_log_trains_the_model_the_online_simulation_trains(tmp_path):
+    seed = ["seed=3", "data.bucket_by_length=false"]
+    online = run_training([*RUN, *seed, *clicks("pbm"), "clicks.eta=2"], tmp_path / "online")
+    log = tmp_path / "clicks.npz"
+    cfg = compose_run(
+        [*RUN, *seed, *clicks("pbm"), "clicks.eta=2", "task=simulate", f"clicks.log={log}"],
+        tmp_path / "simulate",
+    )
+    train(cfg, tmp_path / "simulate")
+    written = read_click_log(log)
+    assert written.propensity is not None and written.click.any()
+    offline = run_training([*RUN, *seed, "clicks=log", f"clicks.log={log}"], tmp_path / "offline")
+    assert online == offline
+    for key, value in weights(tmp_path / "online").items():
+        assert torch.equal(value, weights(tmp_path / "offline")[key]), key
+    other = run_training([*RUN, "seed=4", *clicks("pbm"), "clicks.eta=2"], tmp_path / "other")
+    assert other != online  # another seed: other sessions, another model
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["cascade", "dcm", "ubm", "trust"])
+def test_every_click_model_trains_and_is_tested_on_the_true_labels(tmp_path, model):
+    metrics = run_training([*RUN, *clicks(model)], tmp_path)
+    assert 0 < metrics["map"] <= 1
+
+
+@pytest.mark.slow
+def test_a_click_run_checkpoint_is_tested_like_any_other(tmp_path):
+    fitted = run_training([*RUN, *clicks("pbm")], tmp_path / "fit")
+    checkpoint = tmp_path / "fit" / "checkpoints" / "best.ckpt"
+    cfg = compose_run(
+        [*TINY_DATA, "task=test", f"ckpt_path={checkpoint}", "quiet=true"], tmp_path / "test"
+    )
+    train(cfg, tmp_path / "test")
+    tested = json.loads((tmp_path / "test" / "test_metrics.json").read_text())
+    assert tested["map"] == fitted["map"]
+
+
+def test_offline_without_a_log_and_simulate_without_a_model_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="clicks.log=PATH"):
+        run_training([*RUN, *clicks("pbm"), "clicks.mode=offline"], tmp_path / "a")
+    cfg = compose_run([*RUN, "task=simulate"], tmp_path / "b")
+    with pytest.raises(ValueError, match="task=simulate needs a click model"):
+        train(cfg, tmp_path / "b")
+
+
+def test_the_production_sample_is_the_asked_share_and_at_least_one_query():
+    assert len(sampled_queries(1000, 0.01, seed=0)) == 10
+    assert len(sampled_queries(40, 0.01, seed=0)) == 1
+    assert not (sampled_queries(1000, 0.01, 0) == sampled_queries(1000, 0.01, 1)).all()
+    with pytest.raises(ValueError, match="clicks.production.fraction"):
+        sampled_queries(10, 0.0, 0)
