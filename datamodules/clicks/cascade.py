@@ -43,11 +43,12 @@ class SequentialScan(ClickModel):
         attractive = self.attractiveness(labels, mask)
         length = labels.shape[1]
         go_on_after_click = self.on("after_click", self.after_click, attractive)[:length]
-        would_click = (uniforms[..., 0] < attractive) & mask
-        go_on = torch.where(would_click, go_on_after_click, self.after_skip)
-        would_go_on = (uniforms[..., 1] < go_on).to(attractive.dtype)
-        reached = torch.cumprod(would_go_on, dim=1)
-        reading = torch.cat([torch.ones_like(reached[:, :1]), reached[:, :-1]], dim=1)
+        click_draw, go_on_draw = uniforms.unbind(2)
+        would_click = (click_draw < attractive).to(attractive.dtype)  # 0 at padding (α = 0)
+        go_on = self.after_skip + (go_on_after_click - self.after_skip) * would_click
+        would_go_on = (go_on_draw < go_on).to(attractive.dtype)
+        reading = torch.ones_like(would_go_on)
+        torch.cumprod(would_go_on[:, :-1], dim=1, out=reading[:, 1:])
         return reading * would_click
 
     def examination(self, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

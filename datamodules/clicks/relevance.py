@@ -41,8 +41,12 @@ def click_probability(
     """
     check_probability("neg_click_prob", neg_click_prob)
     check_probability("pos_click_prob", pos_click_prob)
-    gap = pos_click_prob - neg_click_prob
-    return neg_click_prob + gap * relevance_probability(labels, max_label)
+    if not max_label > 0:
+        raise ValueError(f"max_label must be > 0 (the data's largest label), got {max_label}")
+    # ε⁻ + c (2^y − 1) = (ε⁻ − c) + c 2^y with c = (ε⁺ − ε⁻)/(2^y_max − 1): three kernels a batch
+    scale = (pos_click_prob - neg_click_prob) / (2.0**max_label - 1)
+    grades = labels.clamp(0, max_label)
+    return torch.exp2(grades).mul_(scale).add_(neg_click_prob - scale)
 
 
 def check_probability(name: str, value: float) -> float:

@@ -67,8 +67,8 @@ class UserBrowsingModel(ClickModel):
         if length not in self._after_last_tables:  # built once per list length
             self._after_last_tables[length] = self._after_last(length)
         after = self.on(f"after_last_{length}", self._after_last_tables[length], attractive)
-        threshold = after * attractive[:, None, :]  # [B, L + 1, L]
-        would = (uniforms[..., 0].contiguous()[:, None, :] < threshold).to(torch.uint8)
+        # would[b, j, k] = 1.0 when u_k < γ α_k: the sign of the threshold minus the draw
+        would = (after * attractive[:, None, :]).sub_(uniforms.select(2, 0)[:, None, :]).gt_(0)
         clicked, first = would.max(2)  # the first maximum: the first k clicked, if any
         following = torch.where(clicked.bool(), first, length) + 1  # node of the next click
         terminal = torch.full((batch, 1), length + 1, device=labels.device)
