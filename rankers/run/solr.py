@@ -121,9 +121,7 @@ def _folded_layers(scorer) -> list[tuple[torch.Tensor, torch.Tensor, str]]:
     return layers
 
 
-def solr_model(
-    scorer, name: str, feature_names: Sequence[str], store: str
-) -> dict[str, Any]:
+def solr_model(scorer, name: str, feature_names: Sequence[str], store: str) -> dict[str, Any]:
     """The model-store JSON (as a dict) of a linear or MLP ``scorer`` (a
     :class:`~differank.rankers.run.export.Scorer`): a ``LinearModel`` whose weights include
     ``BIAS_FEATURE``'s, or a ``NeuralNetworkModel`` whose last layer has one output."""
@@ -131,7 +129,7 @@ def solr_model(
     names = check_feature_names(feature_names, scorer.n_features)
     features = [{"name": feature} for feature in names]
     if isinstance(scorer.ranker, LinearRanker):
-        (matrix, bias, _), = layers
+        ((matrix, bias, _),) = layers
         weights = dict(zip(names, matrix[0].tolist(), strict=True))
         weights[BIAS_FEATURE] = float(bias[0])
         model_class, features = LINEAR_MODEL, [*features, {"name": BIAS_FEATURE}]
@@ -144,8 +142,13 @@ def solr_model(
                 for matrix, bias, activation in layers
             ]
         }
-    return {"store": store, "class": model_class, "name": name, "features": features,
-            "params": params}
+    return {
+        "store": store,
+        "class": model_class,
+        "name": name,
+        "features": features,
+        "params": params,
+    }
 
 
 def solr_feature_store(feature_names: Sequence[str], store: str, bias: bool) -> list[dict]:
@@ -156,8 +159,12 @@ def solr_feature_store(feature_names: Sequence[str], store: str, bias: bool) -> 
         for name in feature_names
     ]
     if bias:
-        constant = {"store": store, "name": BIAS_FEATURE, "class": VALUE_FEATURE,
-                    "params": {"value": 1.0}}
+        constant = {
+            "store": store,
+            "name": BIAS_FEATURE,
+            "class": VALUE_FEATURE,
+            "params": {"value": 1.0},
+        }
         features.append(constant)
     return features
 
