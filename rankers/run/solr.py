@@ -23,7 +23,8 @@ Public API::
 Example:
     >>> from differank.rankers.run.export import Scorer
     >>> from differank.rankers.scorers.linear import LinearRanker
-    >>> scorer = Scorer(LinearRanker(2), mean=torch.tensor([1.0, 0.0]), std=torch.tensor([2.0, 1.0]))
+    >>> mean, std = torch.tensor([1.0, 0.0]), torch.tensor([2.0, 1.0])
+    >>> scorer = Scorer(LinearRanker(2), mean=mean, std=std)
     >>> with torch.no_grad():
     ...     _ = scorer.ranker.linear.weight.copy_(torch.tensor([[4.0, 3.0]]))
     >>> solr_model(scorer, "m", ["a", "b"], "s")["params"]
