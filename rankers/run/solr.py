@@ -107,8 +107,8 @@ def _folded_layers(scorer) -> list[tuple[torch.Tensor, torch.Tensor, str]]:
     layers: list[tuple[torch.Tensor, torch.Tensor, str]] = []
     for module in modules:
         if isinstance(module, nn.Linear):
-            bias = module.bias if module.bias is not None else torch.zeros(module.out_features)
-            layers.append((module.weight.detach().double(), bias.detach().double(), "identity"))
+            bias = torch.zeros(module.out_features) if module.bias is None else module.bias.detach()
+            layers.append((module.weight.detach().double(), bias.double(), "identity"))
         elif type(module) in ACTIVATIONS and layers and layers[-1][2] == "identity":
             layers[-1] = (*layers[-1][:2], ACTIVATIONS[type(module)])
         else:

@@ -244,12 +244,13 @@ def export(scorer, run_dir: Path, options: DictConfig | None = None) -> None:
     """The formats of ``export.format`` under ``run_dir/export`` (rankers/run/export_formats.py),
     all written or none. The default, ``export/scorer.pt`` and ``export/scorer.onnx``, skips ONNX
     with a warning when the ``export`` extra is missing; a format asked for by name fails."""
-    options = options or {}
-    asked = options.get("format")
+    chosen = {} if options is None else dict(options)
+    asked = chosen.get("format")
     formats = check_formats(asked)
+    names = chosen.get("feature_names")
     settings = ExportOptions(
-        name=str(options.get("name") or "differank"),
-        feature_names=None if options.get("feature_names") is None else list(options.feature_names),
+        name=str(chosen.get("name") or "differank"),
+        feature_names=None if names is None else [str(name) for name in names],
     )
     folder = run_dir / "export"
     try:
