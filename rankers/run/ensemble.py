@@ -24,7 +24,6 @@ than ``SCALE_WARNING`` times: the mean is then mostly the largest-scale member.
 
 Example:
     >>> from differank.rankers.run.export import Scorer
-from differank.rankers.run.export_formats import EXPORT_FORMATS, ExportOptions, export_files
     >>> from differank.rankers.scorers.linear import LinearRanker
     >>> members = [Scorer(LinearRanker(2)), Scorer(LinearRanker(2))]
     >>> with torch.no_grad():
