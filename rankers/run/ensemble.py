@@ -2,7 +2,7 @@
 
     python -m differank.rankers.run.ensemble CKPT [CKPT ...] --out DIR
         [--weights W [W ...]] [--scores standardized|raw] [--files F [F ...]]
-        [--data KEY=VALUE ...] [--ks 1 3 5 10]
+        [--data KEY=VALUE ...] [--ks 1 3 5 10] [--export FORMAT [FORMAT ...]]
 
 Each checkpoint is rebuilt from the file alone (:func:`differank.load_ranker`: its allowlisted
 config, weights and serving record) behind its own feature transform and z-score, so the
@@ -12,7 +12,9 @@ LETOR files), else the test split of the first member's data (raw features; ``--
 data.root=DIR`` and other ``data.*`` overrides change it), and writes what a run writes:
 ``DIR/predictions/test.{txt,sources,run,qrels}``, ``DIR/test_metrics.json``, plus
 ``DIR/ensemble.json`` (members, weights, scores), all together or (on an error) none of them:
-weights must be finite, and a member whose scores are not finite is named.
+weights must be finite, and a member whose scores are not finite is named. ``--export onnx
+triton`` adds the ensemble as one served graph (raw features and mask in, the averaged scores
+out) under ``DIR/export/``, in any of ``task=export``'s formats (docs/serving.md).
 
 By default each member's scores are standardised within each query (zero mean, unit variance
 over the real documents) before the weighted mean (weights default to equal), so members whose
@@ -49,6 +51,7 @@ from torch import nn
 
 from differank.datamodules.atomic_files import write_files
 from differank.rankers.run.export import Scorer
+from differank.rankers.run.export_formats import EXPORT_FORMATS, ExportOptions, export_files
 from differank.rankers.run.restore import load_ranker, restored_config
 from differank.rankers.run.scoring import (
     prediction_files,
@@ -216,6 +219,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="overrides of the evaluation data (the first checkpoint's)",
     )
     parser.add_argument("--ks", nargs="+", type=int, default=[1, 3, 5, 10])
+    parser.add_argument(
+        "--export",
+        nargs="+",
+        default=[],
+        choices=sorted(EXPORT_FORMATS),
+        help="also write the ensemble as one scorer in these formats under OUT/export/",
+    )
     args = parser.parse_args(argv)
     standardize = args.scores == "standardized"
     try:
@@ -242,6 +252,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             "member_scales": scales,
         }
         files[args.out / "ensemble.json"] = json.dumps(record, indent=2) + "\n"
+        if args.export:  # one graph: raw features (and mask) in, the averaged scores out
+            served = export_files(
+                Scorer(ensemble), args.out / "export", args.export, ExportOptions()
+            )
+            files.update(served)
         write_files(files)
     except (ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -204,6 +204,11 @@ def _example(scorer: Scorer) -> tuple[torch.Tensor, ...]:
 def export_torchscript(scorer: Scorer, path: str | Path) -> Path:
     """Trace ``scorer`` (in eval mode) to a TorchScript file loadable by ``torch.jit.load``
     (written whole or not at all)."""
+    return write_file(path, torchscript_bytes(scorer))
+
+
+def torchscript_bytes(scorer: Scorer) -> bytes:
+    """The TorchScript archive :func:`export_torchscript` writes, in memory."""
     scorer = scorer.eval()
     archive = io.BytesIO()
     with warnings.catch_warnings(), torch.no_grad():
@@ -211,20 +216,29 @@ def export_torchscript(scorer: Scorer, path: str | Path) -> Path:
         warnings.filterwarnings("ignore", message=".*torch.jit.*", category=DeprecationWarning)
         traced = torch.jit.trace(scorer, _example(scorer))
         torch.jit.save(traced, archive)
-    return write_file(path, archive.getvalue())
+    return archive.getvalue()
 
 
 def export_onnx(scorer: Scorer, path: str | Path, opset: int = 18) -> Path:
     """Export ``scorer`` to ONNX (input ``features`` [queries, documents, F], and ``mask`` bool
     [queries, documents] for a ranker with ``uses_mask``; output ``scores`` [queries,
-    documents]; both axes dynamic). Needs the ``onnx`` and ``onnxscript`` packages
-    (``pip install "differank[export]"``)."""
+    documents]; both axes dynamic), written whole or not at all. Needs the ``onnx`` and
+    ``onnxscript`` packages (``pip install "differank[export]"``)."""
+    write_files(onnx_files(scorer, path, opset))
+    return Path(path)
+
+
+def onnx_files(scorer: Scorer, path: str | Path, opset: int = 18) -> dict[Path, bytes]:
+    """The files :func:`export_onnx` writes, in memory: ``{path: graph}``, plus
+    ``{path + ".data": weights}`` when the exporter stores the weights beside the graph (the
+    graph names that file by its base name, so the two stay together). For writers that add
+    files of their own (a Triton repository) and write them all at once."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     names = ["features", "mask"] if scorer.uses_mask else ["features"]
     served = _NonEmptyLists(scorer) if scorer.uses_mask else scorer
-    # The exporter writes its files itself: into a scratch folder beside ``path``, then renamed
-    # into place together (whole or absent; the graph names its weights file by base name).
+    # The exporter writes its files itself: into a scratch folder beside ``path``, read back
+    # and removed, so the caller writes them whole or not at all.
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as scratch:
         exported = Path(scratch) / path.name
         with warnings.catch_warnings(), torch.no_grad():
@@ -245,8 +259,7 @@ def export_onnx(scorer: Scorer, path: str | Path, opset: int = 18) -> Path:
         weights = exported.with_name(exported.name + ".data")  # the external-data file
         if weights.is_file() and weights.stat().st_size > 0:  # empty: every weight inline
             files[path.with_name(weights.name)] = weights.read_bytes()
-        write_files(files)
-    return path
+    return files
 
 
 class _NonEmptyLists(nn.Module):

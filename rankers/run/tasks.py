@@ -20,13 +20,10 @@ from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from differank.datamodules.atomic_files import write_files
 from differank.rankers.run.click_runs import simulate
-from differank.rankers.run.export import (
-    export_onnx,
-    export_torchscript,
-    serving_record,
-    serving_scorer,
-)
+from differank.rankers.run.export import serving_record, serving_scorer
+from differank.rankers.run.export_formats import ExportOptions, check_formats, export_files
 from differank.rankers.run.restore import (
     build_run,
     data_fingerprint,
@@ -93,7 +90,7 @@ def run_task(cfg: DictConfig, run_dir: Path) -> float:
     checkpoint = load_checkpoint(cfg.ckpt_path)
     serving = checkpoint.get("differank", {}).get("serving")
     if cfg.task == "export" and serving is not None:  # the checkpoint alone: no data read
-        export(scorer_from_checkpoint(checkpoint, cfg.ckpt_path)[0], run_dir)
+        export(scorer_from_checkpoint(checkpoint, cfg.ckpt_path)[0], run_dir, cfg.get("export"))
     elif files:
         score_files(cfg, checkpoint, run_dir, [files] if isinstance(files, str) else list(files))
     else:
@@ -139,7 +136,8 @@ def evaluate_restored(cfg: DictConfig, checkpoint: dict, run_dir: Path) -> None:
     datamodule, model = build_run(cfg, checkpoint if record is not None else None)
     model.load_state_dict(checkpoint["state_dict"])
     if cfg.task == "export":  # a checkpoint without a serving record: statistics from the data
-        export(serving_scorer(model.ranker, serving_record(datamodule)), run_dir)
+        scorer = serving_scorer(model.ranker, serving_record(datamodule))
+        export(scorer, run_dir, cfg.get("export"))
         return
     trainer = make_trainer(cfg)
     if cfg.task == "predict":
@@ -248,11 +246,26 @@ def check_ddp_launch(trainer: pl.Trainer) -> None:
         )
 
 
-def export(scorer, run_dir: Path) -> None:
-    """``export/scorer.pt`` and ``export/scorer.onnx``: raw features in (and the mask, for a
-    ranker that attends over the list), scores out."""
-    log.info("TorchScript: %s", export_torchscript(scorer, run_dir / "export/scorer.pt"))
+def export(scorer, run_dir: Path, options: DictConfig | None = None) -> None:
+    """The formats of ``export.format`` under ``run_dir/export`` (rankers/run/export_formats.py),
+    all written or none. The default, ``export/scorer.pt`` and ``export/scorer.onnx``, skips ONNX
+    with a warning when the ``export`` extra is missing; a format asked for by name fails."""
+    chosen = {} if options is None else dict(options)
+    asked = chosen.get("format")
+    formats = check_formats(asked)
+    names = chosen.get("feature_names")
+    settings = ExportOptions(
+        name=str(chosen.get("name") or "differank"),
+        feature_names=None if names is None else [str(name) for name in names],
+    )
+    folder = run_dir / "export"
     try:
-        log.info("ONNX: %s", export_onnx(scorer, run_dir / "export/scorer.onnx"))
+        files = export_files(scorer, folder, formats, settings)
     except ImportError as error:  # onnx / onnxscript are the optional "export" extra
+        if asked is not None:
+            raise ImportError(f"{error}: pip install 'differank[export]'") from error
         log.warning("ONNX export skipped (pip install 'differank[export]'): %s", error)
+        files = export_files(scorer, folder, ["torchscript"], settings)
+    write_files(files)
+    for path in sorted(files):
+        log.info("export: %s", path)

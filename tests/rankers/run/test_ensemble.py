@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from differank.rankers.metrics.evaluate import evaluate_files
-from differank.rankers.run.ensemble import EnsembleRanker, main
+from differank.rankers.run.ensemble import EnsembleRanker, load_member, main
 from differank.rankers.run.export import Scorer, export_torchscript
 from differank.rankers.scorers.linear import LinearRanker
 from differank.rankers.scorers.transformer import TransformerRanker
@@ -155,3 +155,19 @@ def test_a_member_with_non_finite_scores_is_named_and_nothing_is_written(runs, t
     error = capsys.readouterr().err
     assert f"member 2 ({broken}) scores row 1 (" in error and "not finite" in error
     assert not out.exists()
+
+
+def test_the_cli_exports_the_ensemble_as_one_graph(runs, tmp_path):
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the optional export extra")
+    checkpoints = [str(run / "checkpoints" / "best.ckpt") for run in runs]
+    out = tmp_path / "e"
+    assert main([*checkpoints, "--out", str(out), "--export", "triton"]) == 0
+    model = out / "export" / "triton" / "differank"
+    assert (model / "config.pbtxt").is_file() and (out / "predictions" / "test.txt").is_file()
+    session = ort.InferenceSession(str(model / "1" / "model.onnx"))
+    ensemble = EnsembleRanker([load_member(path) for path in checkpoints]).eval()
+    features, mask = torch.rand(3, 20, 46), torch.arange(20) < torch.tensor([[20], [7], [1]])
+    served = session.run(None, {"features": features.numpy(), "mask": mask.numpy()})[0]
+    with torch.no_grad():
+        expected = ensemble(features, mask)
+    torch.testing.assert_close(torch.from_numpy(served)[mask], expected[mask], rtol=0, atol=1e-5)
