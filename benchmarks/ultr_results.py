@@ -32,13 +32,13 @@ from pathlib import Path
 
 import measure
 import torch
+from reproduce import train_module
+
+from differank.datamodules.atomic_files import write_file
+from differank.rankers.metrics.evaluate import per_query_metrics
+from differank.rankers.metrics.significance import paired_bootstrap
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # train.py at the root: run_training
-
-from differank.datamodules.atomic_files import write_file  # noqa: E402
-from differank.rankers.metrics.evaluate import per_query_metrics  # noqa: E402
-from differank.rankers.metrics.significance import paired_bootstrap  # noqa: E402
 
 METRICS = ("map", "ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10")
 PAIRED = {"map": "AP", "ndcg@10": "NDCG@10"}
@@ -91,12 +91,10 @@ def run(row: Row, fold: int, seed: int, common: list[str], folder: Path) -> dict
     """One training run (or its earlier result): test metrics and the prediction files."""
     done = folder / "test_metrics.json"
     if not done.is_file():
-        from train import run_training
-
         overrides = [*common, *row.overrides, f"data.fold={fold}", f"seed={seed}"]
         if not row.clicks:
             overrides = [o for o in overrides if not o.startswith("clicks")]
-        run_training(overrides, folder)
+        train_module().run_training(overrides, folder)
     metrics = json.loads(done.read_text())
     return {"fold": fold, "seed": seed, "folder": folder, **{k: metrics[k] for k in METRICS}}
 
