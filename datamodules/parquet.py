@@ -4,9 +4,10 @@
 Public API::
 
     read_parquet(path, *, columns=ParquetColumns(), nan_policy="error", null_value=None,
-                 label_range=None) -> (X float32 [N, F], y float32 [N], qid int64 [N])
+                 label_range=None, memory_map=False)
+        -> (X float32 [N, F], y float32 [N], qid int64 [N])
     write_parquet(path, X, y, qid, *, columns=ParquetColumns(), list_column=False,
-                  row_group_rows=65_536, compression="none") -> Path
+                  row_group_rows=16_384, compression="none") -> Path
     ParquetColumns(label="label", qid="qid", features=None)   # which column is what
     read_parquet_file(path, columns) -> ParquetFile            # one file, as the DataModule reads
     parquet_files(path) -> [Path]        # a file, or a folder's *.parquet in name order
@@ -20,10 +21,12 @@ integers 0..31, qids integers 0..10^18 - 1, a null feature cell is a ``NULL`` (a
 ``label_range`` bounds the labels, a file without rows is refused. Errors name the file, the row
 group, the row (within the group and within the file, both 0-based) and the column.
 
-How it reads: the file is opened memory-mapped (pyarrow's ``memory_map=True``: the column chunks
-are decoded from the mapped pages, no read buffer) and decoded one row group at a time into a
-float32 matrix allocated once, so the peak holds the matrix and one row group's columns
-(``benchmarks/parquet_read.py`` measures it). pyarrow is the optional extra ``parquet``.
+How it reads: no text is parsed and nothing is cached; each row group is decoded (in one
+thread) straight into a float32 matrix allocated once, so the peak holds the matrix and one row
+group's columns (1.2x the float32 features at 1/8 of MSLR-WEB30K; ``benchmarks/parquet_read.py``
+measures it against the text parse). Files are read into buffers by default; memory-mapping them
+(``memory_map=True``) was measured no faster, and its mapped pages count in the process's memory
+while the file is open. pyarrow is the optional extra ``parquet``.
 """
 
 from __future__ import annotations
@@ -42,6 +45,10 @@ from differank.datamodules.reader import FLOAT32_MAX, LetorFile, check_read_opti
 MAX_LABEL = 31  # the text rule: 2^label - 1 stays finite and exact enough in float32 sums
 QID_LIMIT = 10**18  # the text rule: at most 18 decimal digits
 _VERSION = 1  # part of the split cache's key: bump when the arrays read from a file change
+# Row groups are decoded in one thread: decoding in several keeps more decoded columns alive in
+# the threads' allocator heaps (peak memory 1.36x the features instead of 1.18x at 1/8 of
+# MSLR-WEB30K, benchmarks/results/parquet_read.md), for a decode that is mostly a memory copy.
+_DECODE_THREADS = False
 _FOLD_STEMS = {"train": "train", "val": "vali", "test": "test"}
 INSTALL_HINT = "pip install 'differank[parquet]' (or pip install pyarrow)"
 
@@ -367,11 +374,11 @@ class _Opened:
         return int(self.starts[-1])
 
 
-def _open(path, columns: ParquetColumns) -> _Opened:
+def _open(path, columns: ParquetColumns, memory_map: bool = False) -> _Opened:
     pa, pq = _pyarrow()
     path = Path(path).expanduser()
     try:
-        parquet = pq.ParquetFile(path, memory_map=True)
+        parquet = pq.ParquetFile(path, memory_map=memory_map)
     except (pa.ArrowException, OSError) as error:
         raise ValueError(f"{path}: not a readable Parquet file ({error})") from error
     names, is_list = _feature_layout(pa, parquet.schema_arrow, path, columns)
@@ -414,7 +421,7 @@ def _decode(
     for group in range(len(starts) - 1):
         start, stop = int(starts[group]), int(starts[group + 1])
         table = opened.parquet.read_row_group(
-            group, columns=[columns.label, columns.qid, *opened.names]
+            group, columns=[columns.label, columns.qid, *opened.names], use_threads=_DECODE_THREADS
         )
 
         def where(row, column, group=group, start=start):
@@ -498,6 +505,7 @@ def read_parquet(
     nan_policy: str = "error",
     null_value: float | None = None,
     label_range=None,
+    memory_map: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Features, labels and qids of a Parquet file, or of a folder's ``*.parquet`` files
     concatenated in name order, under the rules of the module docstring.
@@ -505,6 +513,9 @@ def read_parquet(
     Returns ``X`` float32 [N, F] (null cells replaced by ``null_value``, non-finite values by
     0 under ``nan_policy="zero"``), ``y`` float32 [N] and ``qid`` int64 [N] in file order; rows
     of one qid need not be contiguous (they form one query, ``group_queries``' rule).
+    ``memory_map=True`` maps the files instead of reading them into buffers: no faster, and the
+    mapped pages count in the process's memory until the file is closed
+    (``benchmarks/results/parquet_read.md``).
 
     Example:
         >>> import tempfile, numpy as np
@@ -518,7 +529,7 @@ def read_parquet(
     _pyarrow()  # a missing install is named before anything else
     columns = columns or ParquetColumns()
     null_value, label_range = check_read_options(nan_policy, null_value, label_range)
-    opened = [_open(p, columns) for p in parquet_files(path)]
+    opened = [_open(p, columns, memory_map) for p in parquet_files(path)]
     check_same_features([(o.path, o.names, o.width) for o in opened])
     features = np.empty((sum(o.rows for o in opened), opened[0].width), np.float32)
     parts, row = [], 0
@@ -542,7 +553,7 @@ def write_parquet(
     columns: ParquetColumns | None = None,
     list_column: bool = False,
     null_mask=None,
-    row_group_rows: int = 65_536,
+    row_group_rows: int = 16_384,
     compression: str = "none",
 ) -> Path:
     """Write rows as a Parquet file that :func:`read_parquet` reads back exactly.
@@ -589,5 +600,13 @@ def write_parquet(
             arrays[name] = pa.array(np.ascontiguousarray(X[:, j]), mask=mask)
     table = pa.table(arrays)
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, row_group_size=row_group_rows, compression=compression)
+    # Dictionary pages only for the label and qid (few distinct values): float features would
+    # get a dictionary of every value, a larger file that decodes slower.
+    pq.write_table(
+        table,
+        sink,
+        row_group_size=row_group_rows,
+        compression=compression,
+        use_dictionary=[columns.label, columns.qid],
+    )
     return write_file(path, sink.getvalue().to_pybytes())

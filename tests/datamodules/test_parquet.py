@@ -2,6 +2,7 @@
 errors naming the file, row group, row and column, and the same split tensors as the text path."""
 
 import builtins
+import doctest
 import re
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from differank.datamodules.parquet import (  # noqa: E402
     write_parquet,
 )
 from differank.datamodules.reader import read_letor_file, write_letor  # noqa: E402
+from tests.conftest import ROOT  # noqa: E402
 
 
 def ranking_data(seed=0, queries=12, width=5):
@@ -346,3 +348,28 @@ def test_the_converter_keeps_null_cells_null(tmp_path):
         read_parquet(tmp_path / "f.parquet")
     X, _, _ = read_parquet(tmp_path / "f.parquet", null_value=7)
     assert X.tolist() == [[0.5, 7.0], [7.0, 2.0]]
+
+
+def docs_section(title: str) -> str:
+    text = (ROOT / "docs" / "data.md").read_text()
+    start = text.index(f"## {title}\n")
+    end = text.index("\n## ", start + 1)
+    return text[start:end]
+
+
+def test_the_docs_examples_run():
+    """docs/data.md#parquet-data's examples, run as doctests."""
+    section = docs_section("Parquet data")
+    test = doctest.DocTestParser().get_doctest(section, {}, "docs/data.md", "docs/data.md", 0)
+    assert len(test.examples) >= 8
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0
+
+
+def test_the_public_names_are_reached_from_the_package():
+    import differank.datamodules as package
+
+    assert package.read_parquet is read_parquet and package.write_parquet is write_parquet
+    with pytest.raises(AttributeError):
+        package.read_nothing  # noqa: B018
