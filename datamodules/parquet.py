@@ -36,6 +36,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -266,7 +267,8 @@ class _NonFinite:
     """The count of non-finite feature values and the first one (in row-major order)."""
 
     def __init__(self) -> None:
-        self.count, self.first = 0, None  # first: (file row, feature index, value)
+        self.count = 0
+        self.first: tuple[int, int, float] | None = None  # (file row, feature index, value)
 
     def add(self, values: np.ndarray, nulls: np.ndarray | None, start: int, cell) -> None:
         """Count the bad ``values`` (not null); ``cell(i) -> (row, feature)`` of index i."""
@@ -363,7 +365,7 @@ class _Opened:
     """A Parquet file opened (memory-mapped) with its layout checked; nothing decoded."""
 
     path: Path
-    parquet: object
+    parquet: Any  # pyarrow.parquet.ParquetFile (pyarrow ships no type information)
     names: list[str]
     is_list: bool
     width: int

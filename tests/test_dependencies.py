@@ -44,7 +44,8 @@ RULES = {
         {LOSSES, SCORERS, SOLVERS, METRICS, TRAINING},
     ),
     "rankers/run": (None, {LOSSES, SCORERS, SOLVERS, METRICS, TRAINING, RUN, DATA}),
-    "datamodules": ({"torch", "numpy", "scipy", "rich"} | LIGHTNING, {DATA}),
+    # pyarrow: data.format=parquet (datamodules/parquet.py), imported when Parquet is read
+    "datamodules": ({"torch", "numpy", "scipy", "rich", "pyarrow"} | LIGHTNING, {DATA}),
 }
 
 

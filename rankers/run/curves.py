@@ -47,7 +47,8 @@ class RunCurves:
 
 def _metric_files(run_dir: Path) -> list[Path]:
     logs = [p for p in (run_dir / "csv").glob("version_*/metrics.csv") if p.is_file()]
-    return sorted(logs, key=lambda p: int(_VERSION.fullmatch(p.parent.name)[1]))
+    numbered = [(_VERSION.fullmatch(p.parent.name), p) for p in logs]
+    return [p for _, p in sorted((int(m[1]), p) for m, p in numbered if m)]
 
 
 def run_curves(run_dir, *, monitor: str = "val/map", mode: str = "max") -> RunCurves:
