@@ -373,3 +373,47 @@ def test_the_public_names_are_reached_from_the_package():
     assert package.read_parquet is read_parquet and package.write_parquet is write_parquet
     with pytest.raises(AttributeError):
         package.read_nothing  # noqa: B018
+
+
+def test_the_datamodule_applies_nan_policy_and_null_value_as_for_text(tmp_path):
+    """A NaN and a NULL cell in training, read as text and as Parquet: the same refusal by
+    default, the same split features with nan_policy="zero" and null_value."""
+    X, y, qid = ranking_data(seed=5, width=4)
+    X[3, 1] = np.nan
+    nulls = np.zeros(X.shape, bool)
+    nulls[5, 2] = True
+    for stem in ("train", "vali", "test"):
+        text = write_letor(tmp_path / "text" / "Fold1" / f"{stem}.txt", X, y, qid)
+        if stem == "train":  # LETOR 3.0's NULL token in the text, a null cell in Parquet
+            lines = text.read_text().splitlines()
+            lines[5] = lines[5].replace(f" 3:{X[5, 2]:.9g} ", " 3:NULL ")
+            text.write_text("\n".join(lines) + "\n")
+        write_parquet(
+            tmp_path / "pq" / "Fold1" / f"{stem}.parquet",
+            X,
+            y,
+            qid,
+            null_mask=nulls if stem == "train" else None,
+        )
+    options = {"nan_policy": "zero", "null_value": 0.5, "normalization": "none"}
+    text = LetorDataModule(tmp_path / "text", cache_dir=tmp_path / "c1", **options)
+    columnar = LetorDataModule(
+        tmp_path / "pq", format="parquet", cache_dir=tmp_path / "c2", **options
+    )
+    for split in ("train", "val", "test"):
+        a, b = text.split_data(split).features, columnar.split_data(split).features
+        np.testing.assert_array_equal(b, a)
+    train = columnar.split_data("train").features
+    assert train[3, 1] == 0.0 and train[5, 2] == 0.5
+    refused = LetorDataModule(
+        tmp_path / "pq", format="parquet", cache_dir=tmp_path / "c3", null_value=0.5
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"train\.parquet: row group 0, row 3 \(file row 3\), "
+        r"column 'feature_2': not finite \(value nan",
+    ):
+        refused.setup()
+    refused = LetorDataModule(tmp_path / "pq", format="parquet", cache_dir=tmp_path / "c4")
+    with pytest.raises(ValueError, match=r"column 'feature_3': null feature value"):
+        refused.setup()
