@@ -314,8 +314,11 @@ class LetorDataModule(pl.LightningDataModule):
         """Every file of the fold parsed (or from the cache; Parquet decoded) and checked by
         the value rules."""
         paths = [p for split_paths in files.values() for p in split_paths]
-        if self.format != "parquet":
-            check_fold_budget(files, cache_dir=self.cache_dir)  # before anything is allocated
+        # before anything is allocated
+        if self.format == "parquet":
+            parquet.check_fold_budget(files, self.parquet_columns, cache_dir=self.cache_dir)
+        else:
+            check_fold_budget(files, cache_dir=self.cache_dir)
         parsed = {}
         for path in paths:
             if self.format == "parquet":

@@ -12,6 +12,8 @@ Public API::
     read_parquet_file(path, columns) -> ParquetFile            # one file, as the DataModule reads
     parquet_files(path) -> [Path]        # a file, or a folder's *.parquet in name order
     fold_files(root, fold) -> {"train": [Path], "val": [Path], "test": [Path]}
+    check_fold_budget(files, columns, *, cache_dir=None)  # memory and cache disk, from footers
+    check_same_features([(path, names, F), ...])          # every file holds the same features
 
 A file holds one row per document: a label column, a qid column and the features, either one
 numeric column per feature (``features=None``: every other column, in the file's order) or one
@@ -40,8 +42,15 @@ from typing import Any
 
 import numpy as np
 
+from differank.datamodules import cache
 from differank.datamodules.folds import MissingLetorFileError
-from differank.datamodules.reader import FLOAT32_MAX, LetorFile, check_read_options
+from differank.datamodules.reader import (
+    FLOAT32_MAX,
+    LetorFile,
+    available_memory_bytes,
+    check_read_options,
+    default_cache_dir,
+)
 
 MAX_LABEL = 31  # the text rule: 2^label - 1 stays finite and exact enough in float32 sums
 QID_LIMIT = 10**18  # the text rule: at most 18 decimal digits
@@ -474,6 +483,40 @@ def _decode(
         docid_bytes=np.zeros(0, np.uint8),
         meta=meta,
     )
+
+
+def _gib(size: float) -> str:
+    return f"{size / 2**30:.2f} GiB"
+
+
+def check_fold_budget(
+    files: dict[str, list[Path]], columns: ParquetColumns, *, cache_dir=None
+) -> None:
+    """Before a fold's Parquet files are decoded (their sizes are in the file footers): their
+    float32 features, labels and qids must fit in the available memory, with the normalised
+    copy of every split on the cache's disk; otherwise the numbers and the ways out."""
+    opened = [_open(path, columns) for paths in files.values() for path in paths]
+    cells = sum(o.rows * o.width for o in opened)
+    rows = sum(o.rows for o in opened)
+    memory = 4 * cells + 9 * rows  # features, label (uint8) and qid (int64) per row
+    available = available_memory_bytes()
+    subject = (
+        f"the fold's Parquet files ({', '.join(str(o.path) for o in opened)}): {rows} rows, "
+        f"{cells} feature values as float32"
+    )
+    if available is not None and memory > available:
+        raise ValueError(
+            f"{subject} need {_gib(memory)} of memory, but {_gib(available)} is available; "
+            "read fewer feature columns (data.feature_columns) or free memory"
+        )
+    root = Path(cache_dir or default_cache_dir()).expanduser()
+    free = cache.free_disk_bytes(root)
+    if 4 * cells > free:
+        raise ValueError(
+            f"{subject} need {_gib(4 * cells)} in the cache {root} for the normalised splits, "
+            f"but its disk has {_gib(free)} free; set data.cache_dir (or $DIFFERANK_CACHE) to a "
+            "disk with room"
+        )
 
 
 def check_same_features(files: list[tuple[Path, list[str], int]]) -> None:

@@ -417,3 +417,30 @@ def test_the_datamodule_applies_nan_policy_and_null_value_as_for_text(tmp_path):
     refused = LetorDataModule(tmp_path / "pq", format="parquet", cache_dir=tmp_path / "c4")
     with pytest.raises(ValueError, match=r"column 'feature_3': null feature value"):
         refused.setup()
+
+
+def test_a_fold_too_large_for_memory_or_the_cache_disk_is_refused_before_decoding(
+    tmp_path, monkeypatch
+):
+    from differank.datamodules import cache
+
+    write_fold(tmp_path, lambda p, *a: write_parquet(p.with_suffix(".parquet"), *a))
+    monkeypatch.setattr(parquet, "available_memory_bytes", lambda: 1000)
+    decoded = []
+    monkeypatch.setattr(parquet, "_decode", lambda *a, **k: decoded.append(a))
+    module = LetorDataModule(tmp_path, format="parquet", cache_dir=tmp_path / "c")
+    with pytest.raises(
+        ValueError,
+        match=r"Fold1/train\.parquet.*need .* GiB of memory, but "
+        r"0\.00 GiB is available; read fewer feature columns",
+    ):
+        module.setup()
+    monkeypatch.setattr(parquet, "available_memory_bytes", lambda: 2**40)
+    monkeypatch.setattr(cache, "free_disk_bytes", lambda folder: 10)
+    with pytest.raises(
+        ValueError,
+        match=r"in the cache .* for the normalised splits, but its "
+        r"disk has 0\.00 GiB free; set data.cache_dir",
+    ):
+        module.setup()
+    assert decoded == []
