@@ -8,7 +8,7 @@ Public API::
                     drop_train_queries_without_pairs=False, cache_dir=None,
                     verify_cache_hash=False, num_workers=0, seed=0, transform="none",
                     batches_on_device=True, format="letor", label_column="label",
-                    qid_column="qid", feature_columns=None)
+                    qid_column="qid", feature_columns=None, docid_column="docid")
       .n_features              F = max feature index over the fold's files (loads lazily)
       .label_levels            sorted distinct labels over all splits (loads lazily)
       .feature_mean / .feature_std   zscore statistics of the training split (else None)
@@ -52,7 +52,8 @@ convention), pooled and split by query into five rotated folds once, as LETOR pa
 (:mod:`differank.datamodules.query_files`); errors in a row name its source file and line.
 "parquet" reads ``root/FoldN/{train,vali,test}.parquet`` (or such folders of ``*.parquet``) with
 :mod:`differank.datamodules.parquet`, columns named by ``label_column``, ``qid_column`` and
-``feature_columns`` (None: every other column); errors name the file, row group, row and column.
+``feature_columns`` (None: every other column) and ``docid_column`` (read when present); errors
+name the file, row group, row and column.
 
 Options: ``normalization`` "none" | "zscore" (train mean/std; std 0 -> centred only) |
 "query_minmax" (LETOR QueryLevelNorm, 0 where max == min); statistics are accumulated in
@@ -182,6 +183,7 @@ class LetorDataModule(pl.LightningDataModule):
         label_column: str = "label",
         qid_column: str = "qid",
         feature_columns=None,
+        docid_column: str = "docid",
     ):
         super().__init__()
         if root is None and type(self) is LetorDataModule:
@@ -226,7 +228,7 @@ class LetorDataModule(pl.LightningDataModule):
         names = None if feature_columns is None else feature_columns
         if names is not None and not isinstance(names, str):
             names = tuple(str(n) for n in names)
-        self.parquet_columns = parquet.ParquetColumns(label_column, qid_column, names)
+        self.parquet_columns = parquet.ParquetColumns(label_column, qid_column, names, docid_column)
         self._parts_dir: Path | None = None
         self._splits: dict[str, LetorSplit] | None = None
         self._datasets: dict[str, QueryBatchDataset] = {}

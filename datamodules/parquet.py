@@ -8,8 +8,8 @@ Public API::
         -> (X float32 [N, F], y float32 [N], qid int64 [N])
     write_parquet(path, X, y, qid, *, columns=ParquetColumns(), list_column=False,
                   row_group_rows=16_384, compression="none") -> Path
-    ParquetColumns(label="label", qid="qid", features=None)   # which column is what
-    read_parquet_file(path, columns) -> ParquetFile            # one file, as the DataModule reads
+    ParquetColumns(label="label", qid="qid", features=None, docid="docid")  # which is what
+    read_parquet_file(path, columns) -> ParquetFile   # one file as the DataModule reads it
     parquet_files(path) -> [Path]        # a file, or a folder's *.parquet in name order
     fold_files(root, fold) -> {"train": [Path], "val": [Path], "test": [Path]}
     check_fold_budget(files, columns, *, cache_dir=None)  # memory and cache disk, from footers
@@ -75,11 +75,12 @@ def _pyarrow():
 
 @dataclass(frozen=True)
 class ParquetColumns:
-    """Which columns hold the label, the qid and the features.
+    """Which columns hold the label, the qid, the features and the doc ids.
 
-    ``features`` None: every column but the label and the qid, in the file's order (a single
-    list column among them is the list layout); a list of names: those columns, in that order;
-    one name of a list column: the list layout.
+    ``features`` None: every column but the label, the qid and the doc id, in the file's order
+    (a single list column among them is the list layout); a list of names: those columns, in
+    that order; one name of a list column: the list layout. ``docid``: the column of document
+    ids (strings or integers; a null is an empty id), read when the file has it.
 
     Example:
         >>> ParquetColumns(label="relevance", qid="query_id").features is None
@@ -89,6 +90,7 @@ class ParquetColumns:
     label: str = "label"
     qid: str = "qid"
     features: tuple[str, ...] | None = None
+    docid: str = "docid"
 
     def __post_init__(self) -> None:
         if self.features is not None:
@@ -213,7 +215,7 @@ def _feature_layout(pa, schema, path: Path, columns: ParquetColumns) -> tuple[li
                 f"data.{role}_column=<name>"
             )
     if columns.features is None:
-        features = [n for n in names if n not in (columns.label, columns.qid)]
+        features = [n for n in names if n not in (columns.label, columns.qid, columns.docid)]
     else:
         features = list(columns.features)
         missing = [n for n in features if n not in names]
@@ -298,6 +300,37 @@ class _NonFinite:
             self.first = found
 
 
+class _DocIds:
+    """Doc ids as the reader holds them: UTF-8 bytes split at offsets [N + 1]."""
+
+    def __init__(self) -> None:
+        self.lengths: list[np.ndarray] = []
+        self.blobs: list[np.ndarray] = []
+
+    def add(self, pa, column) -> None:
+        """One row group's doc ids (strings or integers as text; a null is empty)."""
+        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            column = column.cast(pa.string())  # integers, e.g. 17 -> "17"
+        text = column.cast(pa.large_binary()).fill_null(b"")
+        _, offsets_buffer, data_buffer = text.buffers()
+        offsets = np.frombuffer(offsets_buffer, np.int64)[text.offset : text.offset + len(text) + 1]
+        data = np.frombuffer(data_buffer, np.uint8) if data_buffer else np.zeros(0, np.uint8)
+        self.lengths.append(np.diff(offsets))
+        self.blobs.append(data[offsets[0] : offsets[-1]].copy())
+
+    def arrays(self, rows: int) -> dict[str, np.ndarray]:
+        if not self.lengths:  # no doc id column: empty ids
+            return {
+                "docid_offsets": np.zeros(rows + 1, np.int64),
+                "docid_bytes": np.zeros(0, np.uint8),
+            }
+        lengths = np.concatenate(self.lengths)
+        return {
+            "docid_offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+            "docid_bytes": np.concatenate(self.blobs),
+        }
+
+
 def _null_mask(column) -> np.ndarray | None:
     return np.asarray(column.is_null()) if column.null_count else None
 
@@ -371,7 +404,8 @@ def _list_width(pa, parquet, name: str, path: Path) -> int:
 
 @dataclass
 class _Opened:
-    """A Parquet file opened (memory-mapped) with its layout checked; nothing decoded."""
+    """A Parquet file opened with its layout checked; nothing decoded. ``docid``: the doc id
+    column's name when the file has one."""
 
     path: Path
     parquet: Any  # pyarrow.parquet.ParquetFile (pyarrow ships no type information)
@@ -379,6 +413,7 @@ class _Opened:
     is_list: bool
     width: int
     starts: np.ndarray  # first row of each row group, then the row count
+    docid: str | None
 
     @property
     def rows(self) -> int:
@@ -398,7 +433,8 @@ def _open(path, columns: ParquetColumns, memory_map: bool = False) -> _Opened:
         raise ValueError(f"{path}: empty file (no rows)")
     width = _list_width(pa, parquet, names[0], path) if is_list else len(names)
     sizes = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
-    return _Opened(path, parquet, names, is_list, width, np.cumsum([0, *sizes]))
+    docid = columns.docid if columns.docid in parquet.schema_arrow.names else None
+    return _Opened(path, parquet, names, is_list, width, np.cumsum([0, *sizes]), docid)
 
 
 def _sha256(path: Path) -> str:
@@ -428,12 +464,12 @@ def _decode(
     labels = np.empty(rows, np.uint8)
     qids = np.empty(rows, np.int64)
     null_rows, null_cols = [], []
+    docids = _DocIds()
     nonfinite = _NonFinite()
+    read = [columns.label, columns.qid, *opened.names, *([opened.docid] if opened.docid else [])]
     for group in range(len(starts) - 1):
         start, stop = int(starts[group]), int(starts[group + 1])
-        table = opened.parquet.read_row_group(
-            group, columns=[columns.label, columns.qid, *opened.names], use_threads=_DECODE_THREADS
-        )
+        table = opened.parquet.read_row_group(group, columns=read, use_threads=_DECODE_THREADS)
 
         def where(row, column, group=group, start=start):
             return (
@@ -446,6 +482,8 @@ def _decode(
         qids[start:stop] = _qid_values(
             pa, table.column(columns.qid).combine_chunks(), lambda r: where(r, columns.qid)
         )
+        if opened.docid:
+            docids.add(pa, table.column(opened.docid).combine_chunks())
         block = features[start:stop]
         nulls = _fill_features(
             pa, table, opened.names, opened.is_list, block, where, start, nonfinite
@@ -479,8 +517,7 @@ def _decode(
         present=np.ones(width, bool),
         null_rows=null_rows_all,
         null_cols=null_cols_all,
-        docid_offsets=np.zeros(rows + 1, np.int64),
-        docid_bytes=np.zeros(0, np.uint8),
+        **docids.arrays(rows),
         meta=meta,
     )
 
@@ -598,6 +635,7 @@ def write_parquet(
     columns: ParquetColumns | None = None,
     list_column: bool = False,
     null_mask=None,
+    docids=None,
     row_group_rows: int = 16_384,
     compression: str = "none",
 ) -> Path:
@@ -606,7 +644,8 @@ def write_parquet(
     ``X`` [N, F] (stored as float32), ``y`` [N] (integers are stored as int32), ``qid`` [N]
     (int64). Feature columns are named ``columns.features`` or ``feature_1..feature_F``;
     ``list_column=True`` stores them as one fixed-size list column (``columns.features[0]`` or
-    ``features``). ``null_mask`` (bool [N, F]) writes those cells as nulls (LETOR's ``NULL``).
+    ``features``). ``null_mask`` (bool [N, F]) writes those cells as nulls (LETOR's ``NULL``);
+    ``docids`` [N] (strings) the column ``columns.docid``.
     The file is written whole or not at all (``atomic_files``); ``compression`` is Parquet's
     (``"none"`` reads fastest, ``"snappy"`` / ``"zstd"`` are smaller). Example: see
     :func:`read_parquet`.
@@ -630,6 +669,10 @@ def write_parquet(
         columns.label: pa.array(y.astype(np.int32) if integral else y.astype(np.float64)),
         columns.qid: pa.array(qid.astype(np.int64)),
     }
+    if docids is not None:
+        if len(docids) != len(y):
+            raise ValueError(f"docids has {len(docids)} entries for {len(y)} rows")
+        arrays[columns.docid] = pa.array([str(d) for d in docids], pa.string())
     width = X.shape[1]
     if list_column:
         name = columns.features[0] if columns.features else "features"

@@ -6,7 +6,7 @@ layout ``data.format=parquet`` reads). Each file is read by the text reader (its
 cache) and written by :func:`differank.datamodules.parquet.write_parquet` with one float32
 column per feature, ``feature_1..feature_F`` where F is the largest index over all the files
 converted (absent features are 0, as in the text), ``NULL`` cells as nulls, and integer labels
-and qids. Doc ids are not kept.
+and qids, and the doc ids in a ``docid`` column.
 """
 
 from __future__ import annotations
@@ -54,7 +54,11 @@ def convert(source, target) -> list[Path]:
         features[:, : part.max_feature_index] = part.features
         nulls = np.zeros(features.shape, bool)
         nulls[part.null_rows, part.null_cols] = True
-        written.append(write_parquet(out, features, part.labels, part.qids, null_mask=nulls))
+        written.append(
+            write_parquet(
+                out, features, part.labels, part.qids, null_mask=nulls, docids=part.docids
+            )
+        )
         part.release_pages()
     return written
 

@@ -444,3 +444,36 @@ def test_a_fold_too_large_for_memory_or_the_cache_disk_is_refused_before_decodin
     ):
         module.setup()
     assert decoded == []
+
+
+def test_doc_ids_are_read_like_the_texts(tmp_path):
+    X, y, qid = ranking_data(seed=2, width=3)
+    names = [f"doc-{i}" for i in range(len(y))]
+    for stem in ("train", "vali", "test"):
+        write_letor(tmp_path / "text" / "Fold1" / f"{stem}.txt", X, y, qid, docids=names)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "differank.datamodules.to_parquet",
+            str(tmp_path / "text"),
+            str(tmp_path / "pq"),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    text = LetorDataModule(tmp_path / "text", cache_dir=tmp_path / "c1")
+    columnar = LetorDataModule(tmp_path / "pq", format="parquet", cache_dir=tmp_path / "c2")
+    assert columnar.split_data("test").docids.tolist() == text.split_data("test").docids.tolist()
+    assert columnar.split_data("test").docids.tolist() == names
+    # integer ids are read as text, a null as an empty id; without the column ids are empty
+    path = table(tmp_path / "ids.parquet", **good_columns(), docid=[7, None, 9, 10])
+    assert parquet.read_parquet_file(path).docids.tolist() == ["7", "", "9", "10"]
+    X2, _, _ = read_parquet(path)
+    assert X2.shape == (4, 2)  # the doc id is not a feature
+    path = table(tmp_path / "none.parquet", **good_columns())
+    assert parquet.read_parquet_file(path).docids.tolist() == [""] * 4
+    groups = write_parquet(tmp_path / "rg.parquet", X, y, qid, docids=names, row_group_rows=5)
+    assert pq.ParquetFile(groups).metadata.num_row_groups > 2
+    assert parquet.read_parquet_file(groups).docids.tolist() == names
