@@ -102,7 +102,8 @@ class ParquetColumns:
 
 class ParquetFile(LetorFile):
     """One Parquet file as the reader's :class:`LetorFile` (rows in file order; ``line_numbers``
-    are 1-based row numbers; no doc ids) whose value errors name the row group, row and column.
+    are 1-based row numbers; doc ids from the doc id column, else empty) whose value errors name
+    the row group, row and column.
     ``meta["feature_names"]`` are the feature columns (the list column's name for the list
     layout), ``meta["row_groups"]`` the first row of each row group."""
 
