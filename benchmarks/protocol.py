@@ -3,6 +3,8 @@
     python benchmarks/protocol.py --jobs 2 --out benchmarks/results/protocol.md
     python benchmarks/protocol.py --datasets mq2008 lightgbm_rank --jobs 2 --out ...
     python benchmarks/protocol.py --profile smoke --out /tmp/smoke.md   # tests: tiny data
+    python benchmarks/protocol.py --plot-only --out benchmarks/results/protocol.md
+        # redraws the forest plot protocol.png from protocol.json (benchmarks/protocol_figure.py)
 
 For each row (an objective on a scorer, or a peer) of the first dataset (MQ2008):
 
@@ -61,6 +63,7 @@ import measure
 import numpy as np
 import torch
 import yaml
+from protocol_figure import forest_plot
 from reproduce import TINY_OVERRIDES, train_module
 
 from differank.datamodules.atomic_files import write_file
@@ -834,7 +837,18 @@ def main(argv: list[str] | None = None) -> None:
         help="write each differank row's chosen setting as DIR/<search>_<scorer>.yaml "
         "(conf/experiment/protocol: `python train.py experiment=protocol/<search>_<scorer>`)",
     )
+    parser.add_argument(
+        "--plot-only",
+        action="store_true",
+        help="redraw the forest plot (--out with .png) from --out's protocol.json; run nothing",
+    )
     args = parser.parse_args(argv)
+    if args.plot_only:
+        if args.out is None:
+            parser.error("--plot-only needs --out (its .json is read, its .png written)")
+        record = json.loads(args.out.with_suffix(".json").read_text())
+        forest_plot(record, args.out.with_suffix(".png"), reference=REFERENCE_PEER)
+        return
 
     profile = PROFILES[args.profile]
     if args.profile == "smoke":
@@ -899,6 +913,7 @@ def main(argv: list[str] | None = None) -> None:
     measure.publish("\n".join(parts), args.out)
     if args.out:
         args.out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
+        forest_plot(record, args.out.with_suffix(".png"), reference=REFERENCE_PEER)
 
 
 if __name__ == "__main__":

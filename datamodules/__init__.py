@@ -1,21 +1,31 @@
 """Reading, caching, normalising, grouping and batching LETOR data (never imports losses or
 rankers).
 
-``read_letor(path) -> X, y, qid`` and ``read_query_files(root) -> {file: (X, y, qid)}``: data
-files as NumPy arrays under the reader's rules (:mod:`differank.datamodules.arrays`;
-docs/data.md#letor-files-as-arrays).
+Public data functions (imported on first use, so ``import differank.datamodules`` stays light)::
+
+    read_letor(path) -> (X, y, qid)             # differank.datamodules.arrays (reader's rules)
+    read_query_files(root) -> {file: (X, y, qid)}
+    read_parquet(path, ...) -> (X, y, qid)      # differank.datamodules.parquet
+    write_parquet(path, X, y, qid, ...) -> Path
+    ParquetColumns(label="label", qid="qid", features=None)
+
+docs/data.md#letor-files-as-arrays and docs/data.md (Parquet).
 """
 
-_ARRAYS = ("read_letor", "read_query_files")
+from importlib import import_module
+
+# public name -> the module that defines it
+_PUBLIC = {
+    "read_letor": "differank.datamodules.arrays",
+    "read_query_files": "differank.datamodules.arrays",
+    "read_parquet": "differank.datamodules.parquet",
+    "write_parquet": "differank.datamodules.parquet",
+    "ParquetColumns": "differank.datamodules.parquet",
+}
+__all__ = sorted(_PUBLIC)
 
 
 def __getattr__(name: str):
-    # the array readers load the reader (NumPy, the compiled scanner) only when asked for
-    if name in _ARRAYS:
-        from differank.datamodules import arrays
-
-        return getattr(arrays, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = list(_ARRAYS)
+    if name not in _PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(_PUBLIC[name]), name)

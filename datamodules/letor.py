@@ -7,7 +7,8 @@ Public API::
                     label_range=None, unseen_features="error",
                     drop_train_queries_without_pairs=False, cache_dir=None,
                     verify_cache_hash=False, num_workers=0, seed=0, transform="none",
-                    batches_on_device=True, format="letor")
+                    batches_on_device=True, format="letor", label_column="label",
+                    qid_column="qid", feature_columns=None, docid_column="docid")
       .n_features              F = max feature index over the fold's files (loads lazily)
       .label_levels            sorted distinct labels over all splits (loads lazily)
       .feature_mean / .feature_std   zscore statistics of the training split (else None)
@@ -50,6 +51,10 @@ feature matrix, and processes on one machine (DDP ranks, sweep jobs) share one c
 "query_files" reads rows without qid and their ``<file>.query`` group sizes (LightGBM's
 convention), pooled and split by query into five rotated folds once, as LETOR parts in the cache
 (:mod:`differank.datamodules.query_files`); errors in a row name its source file and line.
+"parquet" reads ``root/FoldN/{train,vali,test}.parquet`` (or such folders of ``*.parquet``) with
+:mod:`differank.datamodules.parquet`, columns named by ``label_column``, ``qid_column`` and
+``feature_columns`` (None: every other column) and ``docid_column`` (read when present); errors
+name the file, row group, row and column.
 
 Options: ``normalization`` "none" | "zscore" (train mean/std; std 0 -> centred only) |
 "query_minmax" (LETOR QueryLevelNorm, 0 where max == min); statistics are accumulated in
@@ -80,7 +85,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from differank.datamodules import cache, folds, query_batches, query_files, transforms
+from differank.datamodules import cache, folds, parquet, query_batches, query_files, transforms
 from differank.datamodules.normalization import (
     BLOCK_ROWS,
     apply_zscore,
@@ -100,7 +105,7 @@ from differank.datamodules.split_tensors import QueryBatchDataset, SplitTensors,
 log = logging.getLogger(__name__)
 
 NORMALIZATIONS = ("none", "zscore", "query_minmax")
-FORMATS = ("letor", "query_files")
+FORMATS = ("letor", "query_files", "parquet")
 UNSEEN_FEATURES = ("error", "drop")
 # Bump when the cached split arrays' meaning changes.
 _SPLIT_CACHE_VERSION = 1
@@ -176,6 +181,10 @@ class LetorDataModule(pl.LightningDataModule):
         transform: str = "none",
         batches_on_device: bool = True,
         format: str = "letor",
+        label_column: str = "label",
+        qid_column: str = "qid",
+        feature_columns=None,
+        docid_column: str = "docid",
     ):
         super().__init__()
         if root is None and type(self) is LetorDataModule:
@@ -216,6 +225,11 @@ class LetorDataModule(pl.LightningDataModule):
         if format not in FORMATS:
             raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
         self.format = format
+        # Hydra hands a list as a ListConfig: a tuple of names (or one list column's name)
+        names = None if feature_columns is None else feature_columns
+        if names is not None and not isinstance(names, str):
+            names = tuple(str(n) for n in names)
+        self.parquet_columns = parquet.ParquetColumns(label_column, qid_column, names, docid_column)
         self._parts_dir: Path | None = None
         self._splits: dict[str, LetorSplit] | None = None
         self._datasets: dict[str, QueryBatchDataset] = {}
@@ -235,9 +249,14 @@ class LetorDataModule(pl.LightningDataModule):
             self._parts_dir = query_files.letor_parts(self.root, cache_dir=self.cache_dir)
         return self._parts_dir
 
+    def _fold_files(self) -> dict[str, list[Path]]:
+        if self.format == "parquet":
+            return parquet.fold_files(self.root, self.fold)
+        return folds.resolve_fold_files(self._data_root(), self.fold)
+
     def split_files(self, split: str) -> list[Path]:
         """The source files of ``split`` in concatenation order (no parsing)."""
-        return folds.resolve_fold_files(self._data_root(), self.fold)[self._split_name(split)]
+        return self._fold_files()[self._split_name(split)]
 
     @staticmethod
     def _split_name(split: str) -> str:
@@ -260,7 +279,7 @@ class LetorDataModule(pl.LightningDataModule):
     def _load(self) -> None:
         if self._splits is not None:
             return
-        files = folds.resolve_fold_files(self._data_root(), self.fold)
+        files = self._fold_files()
         try:
             parsed = self._read_files(files)
         except ValueError as error:
@@ -276,6 +295,9 @@ class LetorDataModule(pl.LightningDataModule):
             for name, paths in files.items()
         }
         self._store_features(splits, n_features, dropped)
+        for split in splits.values():  # the features are the split's (cached) copy from here
+            for source in split.sources:
+                source.release_pages()
         self._n_features = n_features
         self._splits = splits
         self._datasets = {
@@ -292,17 +314,30 @@ class LetorDataModule(pl.LightningDataModule):
         }
 
     def _read_files(self, files: dict[str, list[Path]]) -> dict[Path, LetorFile]:
-        """Every file of the fold parsed (or from the cache) and checked by the value rules."""
-        check_fold_budget(files, cache_dir=self.cache_dir)  # before anything is allocated
+        """Every file of the fold parsed (or from the cache; Parquet decoded) and checked by
+        the value rules."""
+        paths = [p for split_paths in files.values() for p in split_paths]
+        # before anything is allocated
+        if self.format == "parquet":
+            parquet.check_fold_budget(files, self.parquet_columns, cache_dir=self.cache_dir)
+        else:
+            check_fold_budget(files, cache_dir=self.cache_dir)
         parsed = {}
-        for path in (p for paths in files.values() for p in paths):
-            parsed[path] = read_letor_file(
-                path, cache_dir=self.cache_dir, verify_hash=self.verify_cache_hash
-            )
+        for path in paths:
+            if self.format == "parquet":
+                parsed[path] = parquet.read_parquet_file(path, self.parquet_columns)
+            else:
+                parsed[path] = read_letor_file(
+                    path, cache_dir=self.cache_dir, verify_hash=self.verify_cache_hash
+                )
             parsed[path].check_values(
                 nan_policy=self.nan_policy,
                 null_value=self.null_value,
                 label_range=self.label_range,
+            )
+        if self.format == "parquet":
+            parquet.check_same_features(
+                [(p, parsed[p].meta["feature_names"], parsed[p].max_feature_index) for p in paths]
             )
         return parsed
 

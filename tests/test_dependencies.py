@@ -45,9 +45,10 @@ RULES = {
         {LOSSES, SCORERS, SOLVERS, METRICS, TRAINING},
     ),
     "rankers/run": (None, {LOSSES, SCORERS, SOLVERS, METRICS, TRAINING, RUN, DATA}),
-    "datamodules": ({"torch", "numpy", "scipy", "rich"} | LIGHTNING, {DATA}),
+    # pyarrow: data.format=parquet (datamodules/parquet.py), imported when Parquet is read
+    "datamodules": ({"torch", "numpy", "scipy", "rich", "pyarrow"} | LIGHTNING, {DATA}),
     # click simulation and click logs are data (docs/clicks.md): the data room's rule
-    "datamodules/clicks": ({"torch", "numpy", "scipy", "rich"} | LIGHTNING, {DATA}),
+    "datamodules/clicks": ({"torch", "numpy", "scipy", "rich", "pyarrow"} | LIGHTNING, {DATA}),
 }
 
 

@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 
 from differank.datamodules.atomic_files import write_files
 from differank.rankers.run.click_runs import simulate
+from differank.rankers.run.curves import plot_run_curves
 from differank.rankers.run.export import serving_record, serving_scorer
 from differank.rankers.run.export_formats import ExportOptions, check_formats, export_files
 from differank.rankers.run.restore import (
@@ -124,7 +125,19 @@ def fit(cfg: DictConfig, run_dir: Path) -> float:
         shown = "" if metric is None else f", {cfg.monitor} {float(metric):.4f}"
         weights = f"last epoch {trainer.current_epoch - 1}{shown}"
     write_lightning_outputs(cfg, trainer, model, datamodule, run_dir, weights)
+    write_curves(trainer, run_dir, cfg.monitor, saver.mode if saver else "max")
     return value
+
+
+def write_curves(trainer: pl.Trainer, run_dir: Path, monitor: str, mode: str) -> None:
+    """``curves.png``: the run's training loss and validation metrics per epoch, the best epoch
+    marked (rank 0 only; a run without a CSV log is told why it has none)."""
+    if not trainer.is_global_zero or trainer.fast_dev_run:
+        return
+    try:
+        plot_run_curves(run_dir, run_dir / "curves.png", monitor=monitor, mode=mode)
+    except FileNotFoundError as error:
+        log.warning("no curves.png: %s", error)
 
 
 def evaluate_restored(cfg: DictConfig, checkpoint: dict, run_dir: Path) -> None:
