@@ -28,6 +28,7 @@ from differank.losses.approx_metrics import ApproxMetricLoss, approx_metric_loss
 from differank.losses.approx_ndcg import ApproxNDCGLoss, approx_ndcg_loss
 from differank.losses.cone import ConeLoss, ConeOptions, cone_fold_in, cone_loss
 from differank.losses.convex import ConvexLoss, ConvexOptions, convex_loss
+from differank.losses.distill import DistillLoss, distill_loss
 from differank.losses.domination import DominationLoss, domination_loss, label_margins
 from differank.losses.hinge import StructuredHingeLoss, structured_hinge_loss
 from differank.losses.lambdaloss import LambdaLoss, lambda_loss
@@ -52,6 +53,8 @@ from differank.losses.softmax import (
 )
 
 __all__ = [
+    "DistillLoss",
+    "distill_loss",
     "ApproxMetricLoss",
     "ApproxNDCGLoss",
     "ConeLoss",
