@@ -53,14 +53,13 @@ from differank.losses.softmax import (
 )
 
 __all__ = [
-    "DistillLoss",
-    "distill_loss",
     "ApproxMetricLoss",
     "ApproxNDCGLoss",
     "ConeLoss",
     "ConeOptions",
     "ConvexLoss",
     "ConvexOptions",
+    "DistillLoss",
     "DominationLoss",
     "LambdaLoss",
     "ListMLELoss",
@@ -78,6 +77,7 @@ __all__ = [
     "cone_fold_in",
     "cone_loss",
     "convex_loss",
+    "distill_loss",
     "domination_loss",
     "gumbel_perturbed_scores",
     "label_margins",

@@ -119,7 +119,8 @@ def distill_loss(
     num_samples: int = 8,
     reduction: str = "mean",
 ) -> torch.Tensor:
-    """``(1 − α) · L_distill(s, t) + α · L_label(s, labels)`` per query (docs/objectives/distill.md).
+    """``(1 − α) · L_distill(s, t) + α · L_label(s, labels)`` per query
+    (docs/objectives/distill.md).
 
     Args:
         teacher_scores: the teacher's score of every document, like ``scores`` (its padding is
