@@ -130,7 +130,9 @@ def ensemble_teacher(label_runs: dict[str, list[dict]], data, folder: Path) -> P
     the standardised-mean ensemble with the best validation MAP."""
     from differank.rankers.distill.teachers import EnsembleTeacher
 
-    path = folder / "ensemble.json"
+    seeds = "-".join(str(s) for s in sorted({run["seed"] for runs in label_runs.values()
+                                              for run in runs}))  # fmt: skip
+    path = folder / f"ensemble_seeds{seeds}.json"  # its members: the label-only runs of seeds
     if path.is_file():
         return path
     options = {name: runs for name, runs in label_runs.items() if runs}
@@ -143,7 +145,7 @@ def ensemble_teacher(label_runs: dict[str, list[dict]], data, folder: Path) -> P
             "scores": "standardized",
             "chosen_from": name,
         }
-        candidate = folder / f"ensemble_{name}.json"
+        candidate = folder / f"ensemble_seeds{seeds}_{name}.json"
         write_file(candidate, json.dumps(record, indent=2) + "\n")
         value = val_map(
             EnsembleTeacher(candidate).score(data.split_data("val")), data.split_data("val")
@@ -186,9 +188,8 @@ def run_dataset(plan: Plan, dataset: str) -> list[dict]:
         for fold, seed in itertools.product(folds, plan.seeds):
             overrides = [*data_overrides(plan, dataset, fold), f"seed={seed}"]
             run_dir = base / f"fold{fold}" / f"{student}_labels_seed{seed}"
-            label_runs[student][fold].append(
-                train([*overrides, f"model={student}", "loss=listnet"], run_dir, plan.tiny)
-            )
+            run = train([*overrides, f"model={student}", "loss=listnet"], run_dir, plan.tiny)
+            label_runs[student][fold].append({**run, "seed": seed})
     rows = []
     for kind in plan.teachers:
         teachers, teacher_ap, test_splits = {}, {}, {}
@@ -231,7 +232,7 @@ def student_rows(plan, dataset, student, kind, teachers, teacher_ap, test_splits
                 f"seed={seed}",
                 *distill_overrides(student, kind, teachers[fold], alpha, tau),
             ]
-            name = f"{student}_from_{kind}_a{alpha:g}_t{tau:g}_seed{seed}"
+            name = f"{student}_from_{teachers[fold].stem}_a{alpha:g}_t{tau:g}_seed{seed}"
             run = train(overrides, base / f"fold{fold}" / name, plan.tiny)
             runs.append({**run, "fold": fold})
         return runs

@@ -15,8 +15,10 @@ Example:
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp())
     >>> _ = (folder / "model.txt").write_text("tree")
-    >>> LightGBMTeacher(folder / "model.txt").sha256()[:12]
-    '5df79b36d7a4'
+    >>> first = LightGBMTeacher(folder / "model.txt").sha256()
+    >>> _ = (folder / "model.txt").write_text("tree, retrained")
+    >>> LightGBMTeacher(folder / "model.txt").sha256() == first  # another file: other scores
+    False
 """
 
 from __future__ import annotations
