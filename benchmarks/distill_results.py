@@ -128,7 +128,7 @@ def lightgbm_teacher(plan: Plan, data, folder: Path) -> Path:
 def ensemble_teacher(label_runs: dict[str, list[dict]], data, folder: Path) -> Path:
     """The fold's ``ensemble.json``: of the label-only students (MLP seeds, linear seeds, both),
     the standardised-mean ensemble with the best validation MAP."""
-    from differank.rankers.distill.teachers import EnsembleTeacher
+    from differank.rankers.run.teachers import EnsembleTeacher
 
     seeds = "-".join(str(s) for s in sorted({run["seed"] for runs in label_runs.values()
                                               for run in runs}))  # fmt: skip
@@ -158,7 +158,7 @@ def ensemble_teacher(label_runs: dict[str, list[dict]], data, folder: Path) -> P
 
 
 def teacher_class(kind: str):
-    from differank.rankers.distill.teachers import EnsembleTeacher, LightGBMTeacher
+    from differank.rankers.run.teachers import EnsembleTeacher, LightGBMTeacher
 
     return {"lightgbm": LightGBMTeacher, "ensemble": EnsembleTeacher}[kind]
 

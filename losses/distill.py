@@ -188,7 +188,7 @@ def distill_loss(
 class DistillLoss(nn.Module):
     """Module form of :func:`distill_loss` (``loss=distill``): ``forward(scores, labels, mask,
     teacher_scores)``; in training the teacher's scores come from the run's teacher
-    (:mod:`differank.rankers.distill`). ``label_loss`` is a submodule.
+    (:mod:`differank.rankers.run.teacher_scores`). ``label_loss`` is a submodule.
 
     Example:
         >>> from differank.losses.listnet import ListNetLoss

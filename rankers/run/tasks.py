@@ -131,7 +131,7 @@ def distill_teacher(cfg: DictConfig):
     the teacher built from the user's ``teacher`` config, scoring the run's data read raw (no
     normalization, no transform), as every teacher scores raw features."""
     from differank.datamodules.reader import default_cache_dir
-    from differank.rankers.distill.teacher_scores import teacher_scores
+    from differank.rankers.run.teacher_scores import teacher_scores
 
     teacher = instantiate(cfg.teacher)
     raw = instantiate(cfg.data, normalization="none", **transform_none(cfg.data))

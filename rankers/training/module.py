@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 # A loss taking this input (loss=distill) gets the run's teacher scores of the batch's
-# documents (:mod:`differank.rankers.distill.teacher_scores`), not the ranker's output.
+# documents (:mod:`differank.rankers.run.teacher_scores`), not the ranker's output.
 TEACHER_INPUT = "teacher_scores"
 
 

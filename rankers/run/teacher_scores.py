@@ -4,7 +4,7 @@ data, and handed to the loss per document.
 :func:`split_teacher_scores` scores a split's raw features (the data's own files, without the
 student's normalization or transform) and keeps them in the data cache
 (``<cache_dir>/distill/teacher_scores/<key>/``, :mod:`differank.datamodules.cache`), keyed by
-the teacher's sha256 (:meth:`~differank.rankers.distill.teachers.Teacher.sha256`), the split's
+the teacher's sha256 (:meth:`~differank.rankers.run.teachers.Teacher.sha256`), the split's
 files' sha256 and the split's name. A cached entry is used only after a check: its metadata
 must name that same teacher digest, files and row count, and every score must be finite;
 anything else is rebuilt.
@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from differank.datamodules import cache
-from differank.rankers.distill.teachers import Teacher
+from differank.rankers.run.teachers import Teacher
 
 log = logging.getLogger(__name__)
 

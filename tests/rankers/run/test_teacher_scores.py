@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from differank.rankers.distill import teacher_scores as cached
-from differank.rankers.distill.teachers import (
+from differank.rankers.run import teacher_scores as cached
+from differank.rankers.run.teachers import (
     CheckpointTeacher,
     EnsembleTeacher,
     LightGBMTeacher,
