@@ -10,9 +10,9 @@ Per dataset and fold:
 1. **Teachers.** ``lightgbm``: LightGBM lambdarank fitted on the fold's raw features by
    ``peers.fit_lightgbm`` (``num_leaves`` chosen on validation MAP, trees by early stopping on
    it), saved as a model file (``teacher=lightgbm``). ``ensemble``: a validation-chosen ensemble
-   of the label-only students of this benchmark (step 2): of {every MLP seed, every linear
-   seed, all of them}, the one whose per-query standardised mean has the best validation MAP,
-   written as an ``ensemble.json`` (``teacher=ensemble``).
+   of the label-only students of this benchmark's first seed (step 2): of {MLP, linear, both},
+   the one whose per-query standardised mean has the best validation MAP, written as an
+   ``ensemble.json`` (``teacher=ensemble``). One teacher per fold for every student seed.
 2. **Label-only students**: ``model=M loss=listnet``, one run per seed.
 3. **Distilled students**: ``model=M loss=distill`` (listwise KD mixed with ListNet on the labels,
    weight α), the teacher's file as ``teacher.path``. (α, temperature) is chosen from the grid
@@ -125,14 +125,14 @@ def lightgbm_teacher(plan: Plan, data, folder: Path) -> Path:
     return path
 
 
-def ensemble_teacher(label_runs: dict[str, list[dict]], data, folder: Path) -> Path:
-    """The fold's ``ensemble.json``: of the label-only students (MLP seeds, linear seeds, both),
-    the standardised-mean ensemble with the best validation MAP."""
+def ensemble_teacher(label_runs: dict[str, list[dict]], seed: int, data, folder: Path) -> Path:
+    """The fold's ``ensemble.json``: of the label-only students of ``seed`` (MLP, linear, both),
+    the standardised-mean ensemble with the best validation MAP. One teacher per fold, as
+    LightGBM: every student seed learns from the same ensemble."""
     from differank.rankers.run.teachers import EnsembleTeacher
 
-    seeds = "-".join(str(s) for s in sorted({run["seed"] for runs in label_runs.values()
-                                              for run in runs}))  # fmt: skip
-    path = folder / f"ensemble_seeds{seeds}.json"  # its members: the label-only runs of seeds
+    label_runs = {name: [r for r in runs if r["seed"] == seed] for name, runs in label_runs.items()}
+    path = folder / f"ensemble_seed{seed}.json"
     if path.is_file():
         return path
     options = {name: runs for name, runs in label_runs.items() if runs}
@@ -145,7 +145,7 @@ def ensemble_teacher(label_runs: dict[str, list[dict]], data, folder: Path) -> P
             "scores": "standardized",
             "chosen_from": name,
         }
-        candidate = folder / f"ensemble_seeds{seeds}_{name}.json"
+        candidate = folder / f"ensemble_seed{seed}_{name}.json"
         write_file(candidate, json.dumps(record, indent=2) + "\n")
         value = val_map(
             EnsembleTeacher(candidate).score(data.split_data("val")), data.split_data("val")
@@ -185,7 +185,8 @@ def run_dataset(plan: Plan, dataset: str) -> list[dict]:
     for student in ("mlp", "linear"):
         if student not in plan.students and not needs_both:
             continue
-        for fold, seed in itertools.product(folds, plan.seeds):
+        seeds = plan.seeds if student in plan.students else plan.seeds[:1]  # members only
+        for fold, seed in itertools.product(folds, seeds):
             overrides = [*data_overrides(plan, dataset, fold), f"seed={seed}"]
             run_dir = base / f"fold{fold}" / f"{student}_labels_seed{seed}"
             run = train([*overrides, f"model={student}", "loss=listnet"], run_dir, plan.tiny)
@@ -200,7 +201,7 @@ def run_dataset(plan: Plan, dataset: str) -> list[dict]:
                 teachers[fold] = lightgbm_teacher(plan, data, folder)
             else:
                 by_student = {s: label_runs[s][fold] for s in ("mlp", "linear")}
-                teachers[fold] = ensemble_teacher(by_student, data, folder)
+                teachers[fold] = ensemble_teacher(by_student, plan.seeds[0], data, folder)
             test_splits[fold] = data.split_data("test")
             scores = teacher_class(kind)(teachers[fold]).score(test_splits[fold])
             teacher_ap[fold] = per_query_ap(scores, test_splits[fold])
