@@ -105,6 +105,17 @@ def _best(chosen, candidate) -> tuple[Callable, dict, float]:
     return candidate if chosen is None or candidate[2] > chosen[2] else chosen
 
 
+class BoosterScores:
+    """A LightGBM booster's scores at its early-stopped iteration; ``booster`` is kept, so a
+    caller can save the chosen model (benchmarks/distill_results.py's teacher file)."""
+
+    def __init__(self, booster) -> None:
+        self.booster = booster
+
+    def __call__(self, features: np.ndarray) -> np.ndarray:
+        return self.booster.predict(features, num_iteration=self.booster.best_iteration)
+
+
 def fit_lightgbm(
     datamodule, tiny: bool, candidates: list[dict], seed: int = 0
 ) -> tuple[Callable, dict, float]:
@@ -140,7 +151,7 @@ def fit_lightgbm(
             feval=lambda scores, _: ("map", val_map(scores), True),
             callbacks=[lgb.early_stopping(best, verbose=False)],
         )
-        predict = lambda f, b=booster: b.predict(f, num_iteration=b.best_iteration)  # noqa: E731
+        predict = BoosterScores(booster)
         score = _val_map(datamodule, predict(val.features))
         settings = {**candidate, "rounds": booster.best_iteration}
         chosen = _best(chosen, (predict, settings, score))

@@ -28,6 +28,7 @@ from differank.losses.approx_metrics import ApproxMetricLoss, approx_metric_loss
 from differank.losses.approx_ndcg import ApproxNDCGLoss, approx_ndcg_loss
 from differank.losses.cone import ConeLoss, ConeOptions, cone_fold_in, cone_loss
 from differank.losses.convex import ConvexLoss, ConvexOptions, convex_loss
+from differank.losses.distill import DistillLoss, distill_loss
 from differank.losses.domination import DominationLoss, domination_loss, label_margins
 from differank.losses.hinge import StructuredHingeLoss, structured_hinge_loss
 from differank.losses.lambdaloss import LambdaLoss, lambda_loss
@@ -58,6 +59,7 @@ __all__ = [
     "ConeOptions",
     "ConvexLoss",
     "ConvexOptions",
+    "DistillLoss",
     "DominationLoss",
     "LambdaLoss",
     "ListMLELoss",
@@ -75,6 +77,7 @@ __all__ = [
     "cone_fold_in",
     "cone_loss",
     "convex_loss",
+    "distill_loss",
     "domination_loss",
     "gumbel_perturbed_scores",
     "label_margins",

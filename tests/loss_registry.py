@@ -54,8 +54,9 @@ from differank.losses import (
     softmax_loss,
     structured_hinge_loss,
 )
+from differank.losses.distill import DistillLoss, distill_loss
 from differank.losses.lambdaloss import WEIGHTINGS
-from tests import oracles, oracles_standard
+from tests import oracles, oracles_distill, oracles_standard
 
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -140,6 +141,10 @@ class LossCase:
     stochastic: bool = False
     # check -> why this loss cannot satisfy it (the suite expects the check to fail)
     cannot: Mapping[str, str] = field(default_factory=dict)
+    # per-document inputs after the mask, built from the batch (a distillation teacher's
+    # scores): (values, labels, mask) -> tuple of [B, L] tensors; they follow the documents
+    # through every check (permutation, padding, dtypes)
+    document_args: Callable[..., tuple[torch.Tensor, ...]] | None = None
     # check -> why it is too slow for the default suite (marked @pytest.mark.slow)
     slow: Mapping[str, str] = field(default_factory=dict)
     # each numeric option -> values the loss must refuse by name besides NaN and +-inf
@@ -161,9 +166,16 @@ class LossCase:
         torch.manual_seed(0)
         return stack
 
+    def inputs(self, values, labels, mask, call_args=None) -> tuple[torch.Tensor, ...]:
+        """What follows the mask in a call: the document arguments, then the call arguments
+        (``call_args`` replaces the entry's)."""
+        call_args = self.call_args if call_args is None else call_args
+        documents = () if self.document_args is None else self.document_args(values, labels, mask)
+        return (*documents, *call_args)
+
     def loss(self, values, labels, mask, reduction="none", call_args=None) -> torch.Tensor:
         """The function; ``call_args`` replaces the entry's (e.g. a basis that requires grad)."""
-        call_args = self.call_args if call_args is None else call_args
+        call_args = self.inputs(values, labels, mask, call_args)
         with self.seeded():
             return self.function(values, labels, mask, *call_args, reduction=reduction,
                                  **self.options)  # fmt: skip
@@ -172,12 +184,12 @@ class LossCase:
         return self.module(reduction=reduction, **self.options)
 
     def run_module(self, module: Callable, values, labels, mask, call_args=None) -> torch.Tensor:
-        call_args = self.call_args if call_args is None else call_args
+        call_args = self.inputs(values, labels, mask, call_args)
         with self.seeded():
             return module(values, labels, mask, *call_args)
 
     def expected(self, values, labels, mask, call_args=None) -> torch.Tensor:
-        call_args = self.call_args if call_args is None else call_args
+        call_args = self.inputs(values, labels, mask, call_args)
         with self.seeded():
             return self.oracle(values, labels, mask, *call_args)
 
@@ -204,6 +216,45 @@ SAMPLER_WALKS_SLOTS = (
     "draw other orders from the same seed, so the estimate moves (it is exact only once every "
     "order is drawn)"
 )
+
+
+def teacher_of(values, labels, mask) -> tuple[torch.Tensor]:
+    """A distillation teacher's scores of the batch's documents: a fixed function of each
+    document's value (detached; computed in float64, kept in the loss's compute dtype so half
+    and float32 inputs see the same teacher), so it follows the documents wherever they move."""
+    dtype = torch.float32 if values.dtype in (torch.float16, torch.bfloat16) else values.dtype
+    return ((2.0 * torch.cos(3.0 * values.detach().double()) + 0.5).to(dtype),)
+
+
+DISTILL_LABEL_LOSS = ListNetLoss(reduction="none")
+DISTILL_SAMPLES_SLOTS = (
+    "the Gumbel noise is drawn per slot: moved documents or extra padded columns get other "
+    "draws from the same seed, so the sampled orders (and the estimate) change"
+)
+
+
+def _distill_case(name: str, refuses=None, **options) -> LossCase:
+    mixes = options.get("alpha", 0.0) > 0
+    stochastic = options.get("form") == "rankdistil"
+    label = {"label_loss": DISTILL_LABEL_LOSS} if mixes else {}
+    oracle_label = {"label_oracle": oracles_distill.LABEL_ORACLE} if mixes else {}
+    return LossCase(
+        name,
+        distill_loss,
+        DistillLoss,
+        partial(oracles_distill.distill_oracle, **options, **oracle_label),
+        options={**options, **label},
+        document_args=teacher_of,
+        stochastic=stochastic,
+        cannot=(
+            {"permutation": DISTILL_SAMPLES_SLOTS, "padding_width": DISTILL_SAMPLES_SLOTS}
+            if stochastic
+            else {}
+        ),
+        # the regression gradient 2(s - t)/n leaves fp16's range at scores of 3e4, as MSE's
+        half_scale=1e3,
+        refuses=refuses or {},
+    )
 
 
 def _domination_oracle(margins: Callable | None = None, flat: bool = False):
@@ -387,6 +438,27 @@ CASES: dict[str, LossCase] = {
             options={"ties": "index"},
             cannot={"permutation": LISTMLE_TIES_BY_INDEX},
             refuses={"eps": [-1.0]},
+        ),
+        _distill_case(
+            "distill_listwise",
+            refuses={
+                "alpha": [-0.1, 1.5],
+                "temperature": [0.0],
+                "num_samples": [0, 2.0],
+                "top_k": [0],
+            },  # fmt: skip
+            form="listwise",
+            alpha=0.3,
+            temperature=2.0,
+        ),
+        _distill_case("distill_regression", form="regression"),
+        _distill_case(
+            "distill_rankdistil",
+            form="rankdistil",
+            alpha=0.5,
+            temperature=0.5,
+            top_k=3,
+            num_samples=4,
         ),
         LossCase("softmax", softmax_loss, SoftmaxLoss, oracles_standard.softmax_oracle),
         LossCase(

@@ -1,1 +1,2 @@
-"""The run layer: export, checkpoint ensembles and the sweep summary (Hydra callback)."""
+"""The run layer: export, checkpoint ensembles, the sweep summary (Hydra callback) and the
+teachers of distillation with their cached scores."""

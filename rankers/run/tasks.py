@@ -105,6 +105,8 @@ def fit(cfg: DictConfig, run_dir: Path) -> float:
     if cfg.ckpt_path and Path(cfg.ckpt_path).is_file():  # a damaged file is named, not read by
         load_checkpoint(cfg.ckpt_path)  # Lightning (whose error would not name it)
     datamodule, model = build_run(cfg)
+    if cfg.get("teacher") is not None:  # loss=distill: the user's teacher, never a checkpoint's
+        model.teacher = distill_teacher(cfg)
     trainer = make_trainer(cfg)
     model.run_record = {
         "config": resolved(cfg),
@@ -138,6 +140,24 @@ def write_curves(trainer: pl.Trainer, run_dir: Path, monitor: str, mode: str) ->
         plot_run_curves(run_dir, run_dir / "curves.png", monitor=monitor, mode=mode)
     except FileNotFoundError as error:
         log.warning("no curves.png: %s", error)
+
+
+def distill_teacher(cfg: DictConfig):
+    """The teacher's scores of the training and validation splits (cached with the data):
+    the teacher built from the user's ``teacher`` config, scoring the run's data read raw (no
+    normalization, no transform), as every teacher scores raw features."""
+    from differank.datamodules.reader import default_cache_dir
+    from differank.rankers.run.teacher_scores import teacher_scores
+
+    teacher = instantiate(cfg.teacher)
+    raw = instantiate(cfg.data, normalization="none", **transform_none(cfg.data))
+    cache_dir = Path(raw.cache_dir or default_cache_dir()).expanduser()
+    return teacher_scores(teacher, raw, cache_dir)
+
+
+def transform_none(data: DictConfig) -> dict:
+    """``transform="none"`` for data modules that take a feature transform."""
+    return {"transform": "none"} if "transform" in data else {}
 
 
 def evaluate_restored(cfg: DictConfig, checkpoint: dict, run_dir: Path) -> None:

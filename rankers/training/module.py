@@ -26,6 +26,11 @@ from differank.rankers.training.checkpoints import load_checkpoint, rebuild_modu
 log = logging.getLogger(__name__)
 
 
+# A loss taking this input (loss=distill) gets the run's teacher scores of the batch's
+# documents (:mod:`differank.rankers.run.teacher_scores`), not the ranker's output.
+TEACHER_INPUT = "teacher_scores"
+
+
 def check_loss_fits_ranker(ranker: Ranker, loss: nn.Module) -> None:
     """Fail at construction, with the fix named, when a loss cannot take what a ranker gives.
 
@@ -41,7 +46,7 @@ def check_loss_fits_ranker(ranker: Ranker, loss: nn.Module) -> None:
         if parameter.default is inspect.Parameter.empty
         and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
     ]
-    missing = sorted(set(required) - offered)
+    missing = sorted(set(required) - offered - {TEACHER_INPUT})  # the run gives the teacher's
     if extra or missing:
         problem = f"does not take {extra}" if extra else f"needs {missing}"
         raise ValueError(
@@ -109,6 +114,10 @@ class EvaluationModule(pl.LightningModule):
         # What train.py saves with every checkpoint (resolved config, data fingerprint); it must
         # hold only what ``torch.load(weights_only=True)`` reads: containers, numbers, strings.
         self.run_record: dict[str, Any] = {}
+        # loss=distill: the teacher's scores per split (TeacherScores), set by the fit task from
+        # the user's teacher=... config; never saved with a checkpoint
+        self.teacher: Any = None
+        self.loss_takes_teacher = TEACHER_INPUT in inspect.signature(loss.forward).parameters
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Adds ``checkpoint["differank"]``: the run record and the validation metrics of the
@@ -131,7 +140,17 @@ class EvaluationModule(pl.LightningModule):
         ``loss_target``, when already computed."""
         if target is None:
             target = self.loss_target(batch)
-        return self.loss(target, batch["labels"], batch["mask"], **self.ranker.loss_inputs())
+        inputs = self.ranker.loss_inputs()
+        if self.loss_takes_teacher:
+            if self.teacher is None:
+                raise ValueError(
+                    f"{type(self.loss).__name__} distils a teacher, and this run has none: give "
+                    "teacher=checkpoint|ensemble|lightgbm|xgboost teacher.path=FILE "
+                    "(docs/objectives/distill.md)"
+                )
+            teacher = self.teacher.for_batch(batch["doc_index"], training=self.training)
+            inputs = {**inputs, TEACHER_INPUT: teacher}
+        return self.loss(target, batch["labels"], batch["mask"], **inputs)
 
     def loss_target(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         if self.ranker.uses_mask:

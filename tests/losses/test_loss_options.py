@@ -56,7 +56,8 @@ def _refused(error: pytest.ExceptionInfo, names: tuple[str, ...], option: str, v
 def test_the_function_refuses_the_value_by_name(case, option, value):
     values, labels, mask = case.make_batch()
     with pytest.raises(ValueError) as error:
-        case.function(values, labels, mask, *case.call_args, **{**case.options, option: value})
+        case.function(values, labels, mask, *case.inputs(values, labels, mask),
+                      **{**case.options, option: value})  # fmt: skip
     _refused(error, (case.function.__name__, "cone_fold_in"), option, value)
 
 

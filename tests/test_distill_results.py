@@ -1,0 +1,37 @@
+"""benchmarks/distill_results.py end to end on tiny synthetic data (slow: about 20 trainings):
+teachers, label-only and distilled students, the (α, τ) choice on validation, and the table with
+its paired intervals and the issue's criterion line."""
+
+from __future__ import annotations
+
+import json
+
+import distill_results  # benchmarks/ is on the path (tests/conftest.py)
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_tiny_run_writes_the_table_and_chooses_on_validation(tmp_path, monkeypatch):
+    out = tmp_path / "distill.md"
+    argv = ["distill_results.py", "--tiny", "--seeds", "0", "1", "--alphas", "0", "0.5",
+            "--temperatures", "1", "--runs", str(tmp_path / "runs"), "--out", str(out)]  # fmt: skip
+    monkeypatch.setattr("sys.argv", argv)
+    distill_results.main()
+    text = out.read_text()
+    assert "Command: `python benchmarks/distill_results.py --tiny --seeds 0 1" in text
+    rows = [line for line in text.splitlines() if line.startswith("| synthetic |")]
+    assert len(rows) == 4  # (mlp, linear) x (lightgbm, ensemble)
+    assert "MLP from lightgbm:" in text and "MLP from ensemble:" in text
+    # the chosen (α, τ) is the grid point of the best mean validation MAP of seed 0
+    for row in rows:
+        student, teacher, chosen = (cell.strip() for cell in row.split("|")[2:5])
+        folder = tmp_path / "runs" / "synthetic" / "fold1"
+        stem = "lightgbm" if teacher == "lightgbm" else "ensemble_seed0"
+        values = {
+            alpha: json.loads(
+                (folder / f"{student}_from_{stem}_a{alpha}_t1_seed0" / "result.json").read_text()
+            )["val_map"]
+            for alpha in ("0", "0.5")
+        }
+        assert chosen == f"({max(values, key=values.get)}, 1)"
