@@ -18,6 +18,7 @@ Public API::
       .predict(X, qid=None, group=None) -> float64 [N]
       .score(X, y, qid=None, group=None) -> NDCG@10 (``convention``)
       .save(path), Ranker.load(path), .get_params(), .set_params(**params)
+      .plot_curves(path=None) -> matplotlib Figure (the fit's curves.png)
       fitted: n_features_in_, feature_names_in_, run_dir_, checkpoint_path_, overrides_,
               best_score_, eval_metrics_, scorer_, feature_importances_, coef_ (linear)
 """
@@ -362,10 +363,10 @@ class Ranker:
         if isinstance(X, (str, PathLike)):  # the one place a path becomes arrays
             if y is not None or qid is not None or group is not None:
                 raise ValueError(
-                    f"{where}: {X} is a LETOR file, which holds its labels and query ids: pass "
-                    "the path alone (or arrays with y and qid=)"
+                    f"{where}: {X} is a data file (LETOR text or Parquet), which holds its "
+                    "labels and query ids: pass the path alone (or arrays with y and qid=)"
                 )
-            X, y, qid = read_letor(X, nan_policy=self.nan_policy, n_features=n_features)
+            X, y, qid = self._read_path(Path(X), n_features)
         elif y is None and require_queries:
             raise ValueError(f"{where}: labels are needed: pass y (graded relevance 0..31)")
         return ranking_rows(
@@ -378,6 +379,29 @@ class Ranker:
             nan_policy=self.nan_policy,
             require_queries=require_queries,
         )
+
+    def _read_path(self, path: Path, n_features) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A Parquet file or folder of them (``.parquet``; data.md#parquet-data, the pyarrow
+        of the ``parquet`` extra) or a LETOR text file, as ``X, y, qid``."""
+        if path.suffix == ".parquet" or (path.is_dir() and any(path.glob("*.parquet"))):
+            from differank.datamodules.parquet import read_parquet
+
+            return read_parquet(path, nan_policy=self.nan_policy)
+        return read_letor(path, nan_policy=self.nan_policy, n_features=n_features)
+
+    def plot_curves(self, path=None):
+        """The fit's training loss and validation metrics per epoch, the chosen epoch marked
+        (the run folder's ``curves.png``, redrawn): a ``matplotlib.figure.Figure``, also
+        written to ``path`` (PNG) when given."""
+        from differank.rankers.run.curves import plot_run_curves
+
+        self._fitted()
+        if self.run_dir_ is None:
+            raise ValueError(
+                "this Ranker was loaded from a checkpoint, which keeps no per-epoch metrics: "
+                "its curves are the training run folder's curves.png"
+            )
+        return plot_run_curves(self.run_dir_, path, monitor=MONITOR, mode="max")
 
     def _eval_rows(self, eval_set, eval_qid, eval_group, train: RankingRows) -> RankingRows | None:
         if eval_set is None:

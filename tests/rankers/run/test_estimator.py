@@ -153,10 +153,41 @@ def test_a_letor_files_path_stands_for_its_arrays(fitted):
     X, y, qid = read_letor(fold / "test.txt")
     np.testing.assert_allclose(again.predict(fold / "test.txt"), ranker.predict(X), atol=1e-6)
     assert again.score(fold / "test.txt") == pytest.approx(ranker.score(X, y, qid=qid), abs=1e-6)
-    with pytest.raises(ValueError, match="is a LETOR file, which holds its labels"):
+    with pytest.raises(
+        ValueError, match="is a data file .LETOR text or Parquet., which holds its labels"
+    ):
         ranker.predict(fold / "test.txt", qid=qid)
     with pytest.raises(ValueError, match="labels are needed: pass y"):
         ranker.fit(X, qid=qid)
+
+
+def test_a_parquet_path_stands_for_its_arrays(fitted, tmp_path):
+    pytest.importorskip("pyarrow")
+    from differank.datamodules import write_parquet
+
+    ranker, root = fitted
+    X, y, qid = read_letor(root / "Fold1" / "test.txt")
+    folder = tmp_path / "test_parquet"
+    folder.mkdir()
+    write_parquet(folder / "part-0.parquet", X, y, qid)
+    np.testing.assert_allclose(ranker.predict(folder), ranker.predict(X), atol=1e-6)
+    assert ranker.score(folder / "part-0.parquet") == pytest.approx(
+        ranker.score(X, y, qid=qid), abs=1e-6
+    )
+
+
+def test_plot_curves_redraws_the_fits_curves_with_the_chosen_epoch(fitted, tmp_path):
+    from differank.rankers.run.curves import run_curves
+
+    ranker, _ = fitted
+    figure = ranker.plot_curves(tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    curves = run_curves(ranker.run_dir_, monitor="val/ndcg@10", mode="max")
+    values = curves.series["val/ndcg@10"]
+    assert values[curves.best_epoch] == max(values.values())
+    assert len(figure.axes) >= len(curves.names)
+    with pytest.raises(ValueError, match="loaded from a checkpoint"):
+        Ranker.load(ranker.save(tmp_path / "model.ckpt")).plot_curves()
 
 
 def test_a_failed_fit_leaves_no_run_folder(tmp_path):
