@@ -14,6 +14,8 @@ slowest); a cell takes at most ``--cell-seconds`` of calls after ``--min-repeats
     python benchmarks/serving_latency.py
     python benchmarks/serving_latency.py --checkpoint student_mlp=RUN/checkpoints/best.ckpt \\
         --checkpoint teacher=RUN2/checkpoints/best.ckpt --reference teacher
+    python benchmarks/serving_latency.py --checkpoint student=RUN/checkpoints/best.ckpt \\
+        --ensemble teacher=ENSEMBLE_DIR/ensemble.json --reference teacher
     python benchmarks/serving_latency.py --device cuda \\
         --out benchmarks/results/serving_latency_cuda.md
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import shlex
 import sys
@@ -39,6 +42,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from differank.rankers.run.ensemble import EnsembleRanker, load_member
 from differank.rankers.run.export import Scorer, export_onnx, export_torchscript
 from differank.rankers.run.restore import load_ranker
 
@@ -55,6 +59,15 @@ def default_scorer(model: str) -> Scorer:
     ranker = instantiate(node)(n_features=N_FEATURES)
     mean, std = torch.rand(N_FEATURES) * 0.5, 0.2 + torch.rand(N_FEATURES) * 0.3
     return Scorer(ranker, mean, std).eval()
+
+
+def ensemble_scorer(path: Path) -> Scorer:
+    """The served graph of an ``ensemble.json`` (its member checkpoints, weights and score
+    mode), as the ensemble CLI's ``--export`` writes it."""
+    record = json.loads(path.read_text())
+    members = [load_member(checkpoint) for checkpoint in record["checkpoints"]]
+    standardize = record.get("scores", "standardized") == "standardized"
+    return Scorer(EnsembleRanker(members, record.get("weights"), standardize)).eval()
 
 
 def runners(scorer: Scorer, folder: Path, device: str) -> dict[str, Callable]:
@@ -132,6 +145,14 @@ def main(argv=None) -> None:
         help="a train.py checkpoint to add as a row (repeatable)",
     )
     parser.add_argument(
+        "--ensemble",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="an ensemble.json of `python -m differank.rankers.run.ensemble` to add as a row: "
+        "its members behind one graph, as its --export serves it (repeatable)",
+    )
+    parser.add_argument(
         "--models",
         nargs="*",
         default=list(DEFAULT_MODELS),
@@ -162,6 +183,11 @@ def main(argv=None) -> None:
         if not sep or not name or not path:
             parser.error(f"--checkpoint takes NAME=PATH, got {entry!r}")
         scorers[name] = load_ranker(path)
+    for entry in args.ensemble:
+        name, sep, path = entry.partition("=")
+        if not sep or not name or not path:
+            parser.error(f"--ensemble takes NAME=PATH, got {entry!r}")
+        scorers[name] = ensemble_scorer(Path(path))
     if args.reference not in scorers:
         parser.error(f"--reference {args.reference!r} is not one of {sorted(scorers)}")
     load_before = os.getloadavg()
