@@ -10,7 +10,6 @@ from differank.losses.unbiased.estimator import (
     ClickEstimator,
     at_positions,
     check_lr_scale,
-    shown,
 )
 from differank.losses.unbiased.propensity import check_clip
 
@@ -83,9 +82,7 @@ class DLA(ClickEstimator):
         mask: torch.Tensor,
         propensities: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        self.check(scores, clicks, positions, mask)
-        visible = shown(positions, mask)
-        clicks = torch.where(visible, clicks.to(scores.dtype), 0.0)
+        visible, clicks = self.shown_clicks(scores, clicks, positions, mask)
         logits = at_positions(self.propensity_logits.to(scores.dtype), positions)
         cap = torch.log(torch.tensor(self.clip, dtype=scores.dtype))
         top_logit = self.propensity_logits[0].to(scores.dtype)

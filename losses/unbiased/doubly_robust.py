@@ -9,11 +9,7 @@ import torch
 from torch import nn
 
 from differank.losses.unbiased.estimator import ClickEstimator, shown
-from differank.losses.unbiased.propensity import (
-    check_clip,
-    check_propensity_vector,
-    document_propensities,
-)
+from differank.losses.unbiased.propensity import document_propensities, propensity_vector
 
 
 class DoublyRobust(ClickEstimator):
@@ -55,10 +51,7 @@ class DoublyRobust(ClickEstimator):
         label_sum_weighting: bool = False,
     ) -> None:
         super().__init__(label_sum_weighting=label_sum_weighting)
-        check_propensity_vector("DoublyRobust", propensities)
-        check_clip("DoublyRobust", clip)
-        self.clip = float(clip)
-        vector = None if propensities is None else torch.tensor(propensities, dtype=torch.float64)
+        vector, self.clip = propensity_vector("DoublyRobust", propensities, clip)
         self.register_buffer("propensities", vector, persistent=False)
 
     def targets(

@@ -61,6 +61,19 @@ class ClickEstimator(nn.Module):
         """Raise ValueError naming the tensor when a click batch is malformed."""
         check_click_batch(scores, clicks, positions, mask, self.max_positions)
 
+    def shown_clicks(
+        self,
+        scores: torch.Tensor,
+        clicks: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The checked batch's shown slots and its clicks there (0 elsewhere), in the scores'
+        dtype: what every estimator starts from."""
+        self.check(scores, clicks, positions, mask)
+        visible = shown(positions, mask)
+        return visible, torch.where(visible, clicks.to(scores.dtype), 0.0)
+
     def weighted_mean(
         self, loss: nn.Module, scores: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor
     ) -> torch.Tensor:

@@ -8,11 +8,7 @@ import torch
 from torch import nn
 
 from differank.losses.unbiased.estimator import ClickEstimator, shown
-from differank.losses.unbiased.propensity import (
-    check_clip,
-    check_propensity_vector,
-    document_propensities,
-)
+from differank.losses.unbiased.propensity import document_propensities, propensity_vector
 
 
 class IPS(ClickEstimator):
@@ -52,10 +48,7 @@ class IPS(ClickEstimator):
         label_sum_weighting: bool = False,
     ) -> None:
         super().__init__(label_sum_weighting=label_sum_weighting)
-        check_propensity_vector("IPS", propensities)
-        check_clip("IPS", clip)
-        self.clip = float(clip)
-        vector = None if propensities is None else torch.tensor(propensities, dtype=torch.float64)
+        vector, self.clip = propensity_vector("IPS", propensities, clip)
         self.register_buffer("propensities", vector, persistent=False)
 
     def targets(

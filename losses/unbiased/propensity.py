@@ -34,6 +34,16 @@ def check_clip(name: str, clip: float) -> None:
         raise ValueError(f"{name}: clip must be a finite number >= 1, got {clip!r}")
 
 
+def propensity_vector(
+    name: str, values: Sequence[float] | None, clip: float
+) -> tuple[torch.Tensor | None, float]:
+    """A known per-position propensity vector (float64, or None: from the batch) and the
+    clip, both checked: what an inverse-propensity estimator is configured with."""
+    check_propensity_vector(name, values)
+    check_clip(name, clip)
+    return (None if values is None else torch.tensor(values, dtype=torch.float64)), float(clip)
+
+
 def document_propensities(
     name: str,
     vector: torch.Tensor | None,

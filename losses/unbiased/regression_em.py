@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from differank.losses.unbiased.estimator import ClickEstimator, at_positions, shown
+from differank.losses.unbiased.estimator import ClickEstimator, at_positions
 
 
 class RegressionEM(ClickEstimator):
@@ -84,9 +84,7 @@ class RegressionEM(ClickEstimator):
         mask: torch.Tensor,
         propensities: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        self.check(scores, clicks, positions, mask)
-        visible = shown(positions, mask)
-        clicks = torch.where(visible, clicks.to(scores.dtype), 0.0)
+        visible, clicks = self.shown_clicks(scores, clicks, positions, mask)
         relevant, examined = self.posteriors(scores, clicks, positions)
         if self.training:
             self.maximise(examined, positions, visible)

@@ -11,7 +11,6 @@ from differank.losses.unbiased.estimator import (
     ClickEstimator,
     at_positions,
     check_lr_scale,
-    shown,
 )
 
 
@@ -61,10 +60,8 @@ class TwoTower(ClickEstimator):
         mask: torch.Tensor,
         propensities: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        self.check(scores, clicks, positions, mask)
-        visible = shown(positions, mask)
+        visible, clicks = self.shown_clicks(scores, clicks, positions, mask)
         click_logits = scores + at_positions(self.position_bias.to(scores.dtype), positions)
-        clicks = torch.where(visible, clicks.to(scores.dtype), 0.0)
         return self.weighted_mean(loss, click_logits, clicks, visible)
 
     def extra_repr(self) -> str:
