@@ -72,8 +72,10 @@ class _PlackettLuce(torch.autograd.Function):
             tails.add_(alpha == 0)
         ctx.eps = eps
         ctx.save_for_backward(mask, order, alpha, shifted, exps, tails, top.mul_(0.0))
-        terms = tails.log().sub_(shifted)
-        return torch.linalg.vecdot(terms, alpha)
+        # Σ_i α_i·term_i as a product and a sum, not linalg.vecdot: autocast (16-mixed) casts
+        # vecdot to float16, where a padded term (about finfo.min / 2 in size) is inf and its
+        # weight 0 makes the query NaN
+        return tails.log().sub_(shifted).mul_(alpha).sum(dim=-1)
 
     @staticmethod
     def backward(ctx, grad):
