@@ -31,6 +31,7 @@ from differank.losses.inputs import (
     nan_for_nonfinite_scores,
     single_query,
 )
+from differank.losses.module_form import PAIRWISE, ListMemory
 from differank.losses.options import COUNT, FINITE, OPTIONAL_COUNT, keyword_options
 from differank.losses.reduction import check_reduction, reduce_queries
 
@@ -322,6 +323,14 @@ class ConvexLoss(nn.Module):
         self.generator: torch.Generator | None = None
         self.epoch = 0
         self.cache: dict = {}  # key -> (epoch drawn, mask row, orders of the real docs [S, n])
+
+    @property
+    def memory(self) -> ListMemory:
+        """The pair space's closed form holds [B, L, L] pair terms; the sampler O(B·S·L): per
+        sample a coefficient row, and the walk's count and position rows."""
+        if self.options.space == "pairs":
+            return PAIRWISE
+        return ListMemory(power=1, tensors=3 * self.options.num_samples)
 
     def extra_repr(self) -> str:
         return f"{self.options}, reduction={self.reduction!r}, refresh={self.refresh!r}"

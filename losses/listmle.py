@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from differank.losses.inputs import list_inputs, list_loss, query_documents
-from differank.losses.module_form import LossModule
+from differank.losses.module_form import LISTWISE, LossModule
 from differank.losses.options import NON_NEGATIVE
 from differank.losses.reduction import check_reduction, reduce_queries
 
@@ -172,5 +172,5 @@ def listmle_loss(
     )
 
 
-class ListMLELoss(LossModule, function=listmle_loss):
+class ListMLELoss(LossModule, function=listmle_loss, memory=LISTWISE):
     """Module form of :func:`listmle_loss`."""
