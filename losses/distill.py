@@ -33,6 +33,7 @@ from differank.losses.inputs import (
     nan_for_nonfinite_scores,
     query_documents,
 )
+from differank.losses.module_form import LISTWISE, ListMemory
 from differank.losses.options import COUNT, OPTIONAL_COUNT, POSITIVE, Allowed
 from differank.losses.reduction import check_reduction, reduce_queries
 from differank.losses.softmax import softmax_cross_entropy
@@ -243,6 +244,14 @@ class DistillLoss(nn.Module):
             num_samples=self.num_samples,
             reduction=self.reduction,
         )
+
+    @property
+    def memory(self) -> ListMemory:
+        """The distillation terms are O(B·L) (RankDistil's samples: O(B·S·L)); the label loss,
+        when there is one, may need more."""
+        own = ListMemory(power=1, tensors=LISTWISE.tensors + 2 * self.num_samples)
+        label = getattr(self.label_loss, "memory", own)
+        return label if (label.power, label.tensors) > (own.power, own.tensors) else own
 
     def extra_repr(self) -> str:
         return (

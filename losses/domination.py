@@ -30,6 +30,7 @@ from differank.losses.inputs import (
     may_read_values,
     nan_for_nonfinite_scores,
 )
+from differank.losses.module_form import LISTWISE
 from differank.losses.options import FINITE
 from differank.losses.reduction import check_reduction, reduce_queries
 
@@ -241,6 +242,9 @@ class DominationLoss(nn.Module):
         >>> loss(scores, labels, torch.ones(2, 3, dtype=torch.bool)).shape
         torch.Size([])
     """
+
+    # O(B·L) scatters and level sums; [B, L, L] margins are a call's argument, not an option
+    memory = LISTWISE
 
     def __init__(
         self,

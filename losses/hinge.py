@@ -25,7 +25,7 @@ from differank.losses.inputs import (
     list_loss,
     nan_for_nonfinite_scores,
 )
-from differank.losses.module_form import LossModule
+from differank.losses.module_form import PAIRWISE, LossModule
 from differank.losses.options import COUNT
 from differank.losses.reduction import check_reduction, reduce_queries
 
@@ -143,7 +143,7 @@ def structured_hinge_loss(
     return reduce_queries(per_query, valid, reduction)
 
 
-class StructuredHingeLoss(LossModule, function=structured_hinge_loss):
+class StructuredHingeLoss(LossModule, function=structured_hinge_loss, memory=PAIRWISE):
     """Module form of :func:`structured_hinge_loss` (no learnable parameters).
 
     Example:

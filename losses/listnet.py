@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from differank.losses.inputs import list_inputs, list_loss, query_documents
-from differank.losses.module_form import LossModule
+from differank.losses.module_form import LISTWISE, LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
 from differank.losses.softmax import softmax_cross_entropy
 
@@ -45,5 +45,5 @@ def listnet_loss(
     return reduce_queries(per_query, valid, reduction)
 
 
-class ListNetLoss(LossModule, function=listnet_loss):
+class ListNetLoss(LossModule, function=listnet_loss, memory=LISTWISE):
     """Module form of :func:`listnet_loss`."""

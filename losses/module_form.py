@@ -6,6 +6,12 @@ function with them, and a ``repr`` listing them.
 Losses whose module does more than store options (ConeRank's basis and warm start, ConvexLoss'
 sample refresh, the domination loss' margin buffer) keep a class of their own.
 :func:`loss_classes` finds every loss class, of either kind, in the files of ``losses/``.
+
+Every loss class states how its memory grows with the list length L as ``memory``, a
+:class:`ListMemory` (:data:`LISTWISE` O(B·L), :data:`PAIRWISE` O(B·L²)): a class attribute set
+by ``class FooLoss(LossModule, function=foo_loss, memory=LISTWISE)``, or a property where the
+options decide. The training module refuses a batch whose need passes the memory budget before
+the allocator sees it (:mod:`differank.rankers.training.list_memory`).
 """
 
 from __future__ import annotations
@@ -15,10 +21,50 @@ import inspect
 import pkgutil
 import types
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
+
+
+@dataclass(frozen=True)
+class ListMemory:
+    """A loss's memory for a batch of B lists of L slots: ``tensors`` tensors of ``B·L^power``
+    elements of the compute dtype alive at the peak of forward + backward (an estimate, meant
+    to catch the request no machine holds, not to budget to the byte).
+
+    Example:
+        >>> round(PAIRWISE.bytes(batch=1, length=10**6, itemsize=4) / 2**40, 1)  # TiB: one query
+        21.8
+        >>> str(PAIRWISE), str(LISTWISE)
+        ('O(B·L²)', 'O(B·L)')
+    """
+
+    power: int  # 1: O(B·L) (pointwise, listwise, sampled); 2: O(B·L²) (every pair)
+    tensors: int
+
+    def bytes(self, batch: int, length: int, itemsize: int) -> int:
+        return self.tensors * batch * length**self.power * itemsize
+
+    def longest_list(self, batch: int, itemsize: int, budget: int) -> int:
+        """The longest list L whose batch of ``batch`` lists needs at most ``budget`` bytes."""
+        per_slot = budget / (self.tensors * batch * itemsize)
+        length = int(per_slot ** (1 / self.power))
+        while length > 0 and self.bytes(batch, length, itemsize) > budget:  # float rounding
+            length -= 1
+        return length
+
+    def __str__(self) -> str:
+        return "O(B·L)" if self.power == 1 else f"O(B·L{'²' if self.power == 2 else self.power})"
+
+
+# A few [B, L] tensors per document: the listwise and pointwise losses' scores, labels, masks,
+# softmax or cumulative sums and their gradients.
+LISTWISE = ListMemory(power=1, tensors=16)
+# [B, L, L] tensors of the compute dtype besides the bool pair mask: RankNet's float32 step at
+# B = 4, L = 2000 peaked at 21 bytes per pair on the CPU, about 5 tensors and a mask.
+PAIRWISE = ListMemory(power=2, tensors=6)
 
 
 class LossModule(nn.Module):
@@ -37,11 +83,18 @@ class LossModule(nn.Module):
     """
 
     function: ClassVar[Callable[..., torch.Tensor]]
+    memory: ClassVar[ListMemory]  # how the loss's memory grows with L (module docstring)
 
     def __init_subclass__(
-        cls, *, function: Callable[..., torch.Tensor] | None = None, **kwargs: Any
+        cls,
+        *,
+        function: Callable[..., torch.Tensor] | None = None,
+        memory: ListMemory | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init_subclass__(**kwargs)
+        if memory is not None:
+            cls.memory = memory
         if function is None:  # a subclass of a loss module keeps its parent's function
             return
         cls.function = staticmethod(function)

@@ -13,7 +13,7 @@ from differank.losses.algorithms.soft_sorting import (
     sinkhorn_scalings,
 )
 from differank.losses.inputs import finite_scores, list_inputs, list_loss, nan_for_nonfinite_scores
-from differank.losses.module_form import LossModule
+from differank.losses.module_form import PAIRWISE, LossModule
 from differank.losses.options import COUNT, NON_NEGATIVE, OPTIONAL_COUNT, POSITIVE
 from differank.losses.reduction import check_reduction, reduce_queries
 
@@ -120,5 +120,5 @@ def neural_ndcg_loss(
     return reduce_queries(per_query, valid, reduction)
 
 
-class NeuralNDCGLoss(LossModule, function=neural_ndcg_loss):
+class NeuralNDCGLoss(LossModule, function=neural_ndcg_loss, memory=PAIRWISE):
     """Module form of :func:`neural_ndcg_loss`."""

@@ -18,7 +18,7 @@ from differank.losses.inputs import (
     may_read_values,
     nan_for_nonfinite_scores,
 )
-from differank.losses.module_form import LossModule
+from differank.losses.module_form import LISTWISE, LossModule
 from differank.losses.options import COUNT, POSITIVE
 from differank.losses.reduction import check_reduction, reduce_queries
 
@@ -170,13 +170,13 @@ def ordinal_loss(
     return _per_document_sum(scores, labels, mask, document_loss, reduction, average=True)
 
 
-class SigmoidBCELoss(LossModule, function=sigmoid_bce_loss):
+class SigmoidBCELoss(LossModule, function=sigmoid_bce_loss, memory=LISTWISE):
     """Module form of :func:`sigmoid_bce_loss`."""
 
 
-class MSELoss(LossModule, function=mse_loss):
+class MSELoss(LossModule, function=mse_loss, memory=LISTWISE):
     """Module form of :func:`mse_loss`."""
 
 
-class OrdinalLoss(LossModule, function=ordinal_loss):
+class OrdinalLoss(LossModule, function=ordinal_loss, memory=LISTWISE):
     """Module form of :func:`ordinal_loss`."""

@@ -12,7 +12,7 @@ from differank.losses.inputs import (
     list_loss,
     nan_for_nonfinite_scores,
 )
-from differank.losses.module_form import LossModule
+from differank.losses.module_form import PAIRWISE, LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
 
 MAX_PAIR_BYTES = 16 * 2**30
@@ -84,5 +84,5 @@ def ranknet_loss(
     return reduce_queries(per_query, valid, reduction)
 
 
-class RankNetLoss(LossModule, function=ranknet_loss):
+class RankNetLoss(LossModule, function=ranknet_loss, memory=PAIRWISE):
     """Module form of :func:`ranknet_loss`."""

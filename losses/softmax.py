@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from differank.losses.inputs import list_inputs, list_loss, query_documents
-from differank.losses.module_form import LossModule
+from differank.losses.module_form import LISTWISE, LossModule
 from differank.losses.options import FINITE
 from differank.losses.reduction import check_reduction, reduce_queries
 
@@ -104,9 +104,9 @@ def poly1_softmax_loss(
     return reduce_queries(*_softmax_per_query(scores, labels, mask, epsilon), reduction)
 
 
-class SoftmaxLoss(LossModule, function=softmax_loss):
+class SoftmaxLoss(LossModule, function=softmax_loss, memory=LISTWISE):
     """Module form of :func:`softmax_loss`."""
 
 
-class Poly1SoftmaxLoss(LossModule, function=poly1_softmax_loss):
+class Poly1SoftmaxLoss(LossModule, function=poly1_softmax_loss, memory=LISTWISE):
     """Module form of :func:`poly1_softmax_loss`."""

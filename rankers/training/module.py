@@ -25,6 +25,7 @@ from differank.losses.module_form import LossModule
 from differank.rankers.metrics.letor import LetorMetric
 from differank.rankers.scorers.base import FullBatchSolver, Ranker
 from differank.rankers.training.checkpoints import load_checkpoint, rebuild_module
+from differank.rankers.training.list_memory import check_batch_memory
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +211,7 @@ class EvaluationModule(pl.LightningModule):
     ) -> torch.Tensor:
         """The only place a ranker's output meets a loss; ``target``: the batch's
         ``loss_target``, when already computed."""
+        check_batch_memory(self.loss, batch["mask"], batch["features"].dtype)  # before allocating
         if target is None:
             target = self.loss_target(batch)
         inputs = self.ranker.loss_inputs()
