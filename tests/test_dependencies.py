@@ -41,8 +41,11 @@ RULES = {
     "rankers/solvers": ({"torch"}, {LOSSES, SCORERS, SOLVERS}),
     "rankers/metrics": ({"torch", "torchmetrics", "numpy"}, {LOSSES, METRICS, DATA}),
     "rankers/training": (
-        {"torch", "torchmetrics", "rich"} | LIGHTNING,  # rich: the console (callbacks.py)
-        {LOSSES, SCORERS, SOLVERS, METRICS, TRAINING},
+        # rich: the console (callbacks.py); numpy: a library fit puts NumPy's random state back
+        # (fitting.py)
+        {"torch", "torchmetrics", "rich", "numpy"} | LIGHTNING,
+        # the data room's memory budget (list_memory.py: one rule for what fits in memory)
+        {LOSSES, SCORERS, SOLVERS, METRICS, TRAINING, "differank.datamodules.reader"},
     ),
     "rankers/run": (None, {LOSSES, SCORERS, SOLVERS, METRICS, TRAINING, RUN, DATA}),
     # pyarrow: data.format=parquet (datamodules/parquet.py), imported when Parquet is read

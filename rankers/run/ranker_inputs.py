@@ -125,12 +125,24 @@ def _float32_matrix(X, where: str) -> np.ndarray:
     if array.ndim != 2:
         raise ValueError(
             f"{where}: expected a 2-D matrix [rows, features], got shape {array.shape}"
-            + ("; one row: X.reshape(1, -1)" if array.ndim == 1 else "")
+            + ("; Reshape your data: one row is X.reshape(1, -1)" if array.ndim == 1 else "")
         )
+    if array.dtype.kind == "c":
+        raise ValueError(f"{where}: Complex data not supported (dtype {array.dtype})")
+    if array.dtype.kind == "O":  # numbers held as objects: converted, anything else refused
+        array = array.astype(np.float64)  # TypeError naming the value that is not a number
     if array.dtype.kind not in "biuf":
         raise ValueError(f"{where}: expected numbers, got dtype {array.dtype}")
-    if array.shape[0] == 0 or array.shape[1] == 0:
-        raise ValueError(f"{where}: no rows or no features (shape {array.shape})")
+    if array.shape[0] == 0:
+        raise ValueError(
+            f"{where}: Found array with 0 sample(s) (shape={array.shape}) while a minimum of 1 "
+            "is required."
+        )
+    if array.shape[1] == 0:
+        raise ValueError(
+            f"{where}: Found array with 0 feature(s) (shape={array.shape}) while a minimum of 1 "
+            "is required."
+        )
     with np.errstate(over="ignore"):  # beyond float32's range -> inf, refused below
         return np.ascontiguousarray(array, dtype=np.float32)
 
@@ -172,10 +184,15 @@ def letor_labels(y, n_rows: int, where: str = "y") -> np.ndarray:
         raise ValueError(
             f"{where}: expected one label per row ({n_rows}), got shape {labels.shape}"
         )
+    if labels.dtype.kind == "O":  # numbers held as objects are numbers
+        try:
+            labels = labels.astype(np.float64)
+        except (TypeError, ValueError):
+            pass
     if labels.dtype.kind not in "biuf":
         raise ValueError(
-            f"{where}: labels must be non-negative numbers (graded relevance 0..{MAX_LABEL}), "
-            f"got dtype {labels.dtype}"
+            f"{where}: Unknown label type: labels must be non-negative numbers (graded "
+            f"relevance 0..{MAX_LABEL}), got dtype {labels.dtype}"
         )
     values = labels.astype(np.float64)
     bad = ~np.isfinite(values) | (values < 0) | (values > MAX_LABEL) | (values != np.round(values))

@@ -9,6 +9,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytorch_lightning as pl
@@ -21,6 +22,16 @@ log = logging.getLogger(__name__)
 # Lightning's set-up lines): what quiet=true hides on the terminal, never in train.log.
 PROGRESS_LOGGERS = ("differank.rankers.training", "pytorch_lightning", "lightning")
 WIDE_COLUMNS = 160  # the console's width when stdout is a file or a pipe (no terminal to fit)
+# Known third-party noise, filtered as pyproject.toml's pytest filterwarnings does (by a run,
+# rankers/run/tasks.py, and inside a library fit, rankers/training/fitting.py). Only these exact
+# messages: differank's own warnings (and any other) always show.
+NOISY_WARNINGS = (
+    r".*isinstance\(treespec, LeafSpec\)",  # pytorch_lightning's pytree vs newer torch
+    r".*does not have many workers",  # the LETOR loaders are in-memory; workers do not help
+    r"You are using a custom batch sampler",  # ours shards queries itself (DDP)
+    r"The `srun` command is available",  # a SLURM login node running a local job
+    r"MLFlow only allows",  # its '@' -> '' renaming of ndcg@k, p@k (conf/logger/mlflow.yaml)
+)
 
 
 def is_progress(record: logging.LogRecord) -> bool:
@@ -90,14 +101,23 @@ class RunConsole(pl.Callback):
     callback, so an epoch's lines are written when the next epoch starts or training ends.
 
     Args:
-        monitor: the validation metric checkpointing and early stopping watch (``val/map``).
+        monitor: the validation metric checkpointing and early stopping watch (``val/map``);
+            None: no validation runs, and each line shows the training loss alone.
         mode: ``"max"`` or ``"min"``, as for those callbacks.
+        write: where a line goes (``print`` for :class:`differank.Ranker`'s ``verbose``);
+            None: this module's logger at INFO, as a run's console and ``train.log`` read it.
     """
 
-    def __init__(self, monitor: str = "val/map", mode: str = "max") -> None:
+    def __init__(
+        self,
+        monitor: str | None = "val/map",
+        mode: str = "max",
+        write: Callable[[str], None] | None = None,
+    ) -> None:
         if mode not in ("max", "min"):
             raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
         self.monitor, self.mode = monitor, mode
+        self.write = write or log.info
         self.best: float | None = None
         self.best_epoch: int | None = None
         self.saved_score: float | None = None
@@ -117,6 +137,10 @@ class RunConsole(pl.Callback):
         if not trainer.sanity_checking and self.monitor in metrics:
             self.pending = (trainer.current_epoch, float(metrics[self.monitor]))
 
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.monitor is None:  # no validation: the epoch's line shows its training loss
+            self.pending = (trainer.current_epoch, math.nan)
+
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._report(trainer)
 
@@ -127,28 +151,24 @@ class RunConsole(pl.Callback):
         if self.pending is None or not trainer.is_global_zero:
             return
         (epoch, value), self.pending = self.pending, None
+        metrics = trainer.callback_metrics
+        line = f"epoch {epoch}/{trainer.max_epochs - 1}"
+        if "train/loss" in metrics:
+            line += f"  train/loss {float(metrics['train/loss']):.4f}"
+        if self.monitor is None:
+            self.write(line)
+            return
         if self.best is None or (value > self.best if self.mode == "max" else value < self.best):
             self.best, self.best_epoch = value, epoch
-        metrics = trainer.callback_metrics
-        loss = f"train/loss {float(metrics['train/loss']):.4f}  " if "train/loss" in metrics else ""
-        log.info(
-            "epoch %d/%d  %s%s %.4f  best %.4f (epoch %d)",
-            epoch,
-            trainer.max_epochs - 1,
-            loss,
-            self.monitor,
-            value,
-            self.best,
-            self.best_epoch,
+        self.write(
+            f"{line}  {self.monitor} {value:.4f}  best {self.best:.4f} (epoch {self.best_epoch})"
         )
         score = _best_score(trainer)
         if score is not None and score != self.saved_score:
             self.saved_score = score
-            log.info(
-                "  checkpoint: %s improved to %.4f, saved %s",
-                self.monitor,
-                score,
-                trainer.checkpoint_callback.best_model_path,
+            self.write(
+                f"  checkpoint: {self.monitor} improved to {score:.4f}, saved "
+                f"{trainer.checkpoint_callback.best_model_path}"
             )
         for stopper in trainer.early_stopping_callbacks:
             if trainer.should_stop and stopper.stopped_epoch == epoch:
@@ -159,12 +179,9 @@ class RunConsole(pl.Callback):
                     if waited
                     else f"= {value:.4f}"
                 )
-                log.info(
-                    "  early stopping: %s %s; best %.4f at epoch %d",
-                    stopper.monitor,
-                    reason,
-                    self.best,
-                    self.best_epoch,
+                self.write(
+                    f"  early stopping: {stopper.monitor} {reason}; best {self.best:.4f} at "
+                    f"epoch {self.best_epoch}"
                 )
 
 
