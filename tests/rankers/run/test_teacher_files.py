@@ -6,6 +6,7 @@ their teacher and data and checked for alteration."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from pathlib import Path
@@ -15,9 +16,11 @@ import numpy as np
 import pytest
 
 from differank.rankers.run import ensemble
+from differank.rankers.run import teacher_scores as cached
 from differank.rankers.run.teachers import (
     EnsembleTeacher,
     LightGBMTeacher,
+    Teacher,
     TeacherFileError,
     XGBoostTeacher,
 )
@@ -108,6 +111,79 @@ def test_foreign_file_an_xgboost_model_of_other_features_is_refused(tmp_path):
 def test_foreign_file_a_file_of_another_library_is_a_named_error(lightgbm_model):
     with pytest.raises(TeacherFileError, match=rf"{re.escape(str(lightgbm_model))}.*xgboost"):
         XGBoostTeacher(lightgbm_model).score(split_of(5))
+
+
+# ---- the cached scores ----------------------------------------------------------------------
+
+
+class Constant(Teacher):
+    """A teacher scoring row i as i (no model file to run), counting its calls."""
+
+    calls = 0
+
+    def score(self, split):
+        type(self).calls += 1
+        return np.arange(len(split.features), dtype=np.float64)
+
+
+class FakeData:
+    """The raw data module's face to the teacher cache, with the split it is given."""
+
+    def __init__(self, qids: np.ndarray, features: np.ndarray) -> None:
+        self.split = SimpleNamespace(qids=qids, features=features, name="train")
+
+    def file_sha256(self, split):
+        return ["same files"]
+
+    def num_rows(self, split):
+        return len(self.split.qids)
+
+    def split_data(self, split):
+        return self.split
+
+
+def fake_data(qids=None) -> FakeData:
+    features = np.arange(20, dtype=np.float32).reshape(10, 2)
+    return FakeData(np.repeat([1, 2], 5) if qids is None else np.asarray(qids), features)
+
+
+@pytest.fixture
+def teacher(tmp_path) -> Constant:
+    path = tmp_path / "teacher.txt"
+    path.write_text("a teacher")
+    Constant.calls = 0
+    return Constant(path)
+
+
+def test_foreign_file_an_altered_score_cache_is_rebuilt_with_a_warning(teacher, tmp_path, caplog):
+    """A finite score changed in the cached file is caught by the digest stored beside it."""
+    data, cache_dir = fake_data(), tmp_path / "cache"
+    first = cached.split_teacher_scores(teacher, data, "train", cache_dir)
+    [entry] = (cache_dir / "distill" / "teacher_scores").iterdir()
+    scores = np.load(entry / "scores.npy")
+    scores[3] = 1234.0
+    np.save(entry / "scores.npy", scores)
+    with caplog.at_level(logging.WARNING):
+        again = cached.split_teacher_scores(teacher, data, "train", cache_dir)
+    assert "was altered" in caplog.text and Constant.calls == 2
+    np.testing.assert_array_equal(again, first)
+    caplog.clear()
+    cached.split_teacher_scores(teacher, data, "train", cache_dir)  # the entry was repaired
+    assert Constant.calls == 2 and "altered" not in caplog.text
+
+
+def test_companion_identity_the_cache_follows_the_query_ids_not_only_the_files(teacher, tmp_path):
+    """The same files read otherwise (other query ids or features) are other data: the cache
+    records the split's fingerprint and the teacher's digest, and is rebuilt for another."""
+    cache_dir = tmp_path / "cache"
+    cached.split_teacher_scores(teacher, fake_data(), "train", cache_dir)
+    cached.split_teacher_scores(teacher, fake_data(), "train", cache_dir)
+    assert Constant.calls == 1
+    cached.split_teacher_scores(teacher, fake_data(np.repeat([1, 3], 5)), "train", cache_dir)
+    assert Constant.calls == 2
+    metas = [json.loads(p.read_text()) for p in cache_dir.rglob("meta.json")]
+    assert {m["teacher_sha256"] for m in metas} == {teacher.sha256()}
+    assert len({m["data_sha256"] for m in metas}) == 2
 
 
 # ---- special and oversized files ------------------------------------------------------------
