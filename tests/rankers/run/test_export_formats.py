@@ -126,3 +126,12 @@ def test_whole_or_absent_an_export_blocked_at_its_last_file_leaves_the_old_expor
         "scorer.pt",
         "solr",
     ]
+
+
+@pytest.mark.parametrize("name", ["..", ".", "", "up/../..", "a\\b", "nul\0", "x" * 256])
+def test_path_component_a_triton_name_that_leaves_its_folder_is_refused(name, tmp_path):
+    """export.name=.. wrote config.pbtxt and the model beside export/triton/, not inside."""
+    scorer = Scorer(LinearRanker(3)).eval()
+    with pytest.raises(ValueError, match="export.name must be one file or folder name"):
+        triton_files(scorer, tmp_path / "export" / "triton", name)
+    assert not (tmp_path / "export").exists()
