@@ -13,7 +13,8 @@ caps its own address space at ``MEMORY`` bytes first (the parent's free memory; 
 a file that claims a huge model fails here with ``MemoryError`` / ``bad_alloc`` instead of
 taking the machine's memory. It imports numpy and the one library only (no torch), reads the
 features with ``allow_pickle=False``, refuses a model whose feature count is not the data's
-(exit status 1 and one line on stderr) and writes float64 scores.
+and writes float64 scores; a refusal, its own or the library's, is exit status 1 and one line
+on stderr.
 
 Public API::
 
@@ -60,18 +61,24 @@ def _cap_memory(limit: int) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
+    """Score ``FEATURES.npy`` with the model into ``SCORES.npy``: 0, or 1 with one line on
+    stderr saying why not (the library's error, or a feature count other than the data's)."""
     library, model, features_file, scores_file, memory = argv
     _cap_memory(int(memory))
     features = np.load(features_file, allow_pickle=False)
-    count, predict = BOOSTERS[library](model)
-    if count != features.shape[1]:
-        print(
-            f"the model reads {count} features, the data has {features.shape[1]}: use the "
-            "teacher trained on this data's features",
-            file=sys.stderr,
-        )
+    try:
+        count, predict = BOOSTERS[library](model)
+        if count != features.shape[1]:
+            print(
+                f"the model reads {count} features, the data has {features.shape[1]}",
+                file=sys.stderr,
+            )
+            return 1
+        scores = np.asarray(predict(features), dtype=np.float64)
+    except Exception as error:  # the library's own refusal: its first line (not its C++ stack)
+        lines = str(error).strip().splitlines() or [""]
+        print(f"{type(error).__name__}: {lines[0]}", file=sys.stderr)
         return 1
-    scores = np.asarray(predict(features), dtype=np.float64)
     np.save(scores_file, scores, allow_pickle=False)
     return 0
 

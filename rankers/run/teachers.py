@@ -190,11 +190,12 @@ class BoosterTeacher(Teacher):
         else:
             happened = f"{self.library} failed (exit status {returncode})"
         lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-        said = "; ".join(lines[-_CHILD_STDERR_LINES:])[-1000:] or "no message"
+        said = "; ".join(lines[-_CHILD_STDERR_LINES:])[-1000:].rstrip(". ") or "no message"
         return (
             f"teacher file {self.path} could not be scored: {happened} loading or running it: "
-            f"{said}. Give a {self.library} model saved by Booster.save_model, whole and "
-            "unedited, trained on this data's features (docs/objectives/distill.md)"
+            f"{said}. Give a model saved by {self.library}'s Booster.save_model, whole and "
+            "unedited, trained on this data's features "
+            "(docs/objectives/distill.md#foreign-model-files)"
         )
 
 
