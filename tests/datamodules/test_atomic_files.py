@@ -2,6 +2,7 @@
 
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -27,3 +28,54 @@ def test_a_failing_file_leaves_every_file_of_the_set_as_it_was(tmp_path):
         write_files({tmp_path / "old.txt": "new\n", tmp_path / "blocked" / "z.txt": "z"})
     assert (tmp_path / "old.txt").read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blocked", "old.txt"]
+
+
+def test_whole_or_absent_a_failing_rename_puts_back_the_files_it_replaced(tmp_path, monkeypatch):
+    """The last of four renames fails: the files already replaced get their old content back,
+    the new file that had no predecessor is removed, and no temporary or kept copy is left."""
+    (tmp_path / "a.txt").write_text("old a\n")
+    (tmp_path / "b.txt").write_text("old b\n")
+    (tmp_path / "c.txt").write_text("old c\n")
+    real_replace, renames = os.replace, []
+
+    def last_fails(source, target):
+        if Path(source).name.endswith(".tmp"):
+            renames.append(target)
+            if len(renames) == 4:
+                raise OSError(28, "No space left on device")
+        return real_replace(source, target)
+
+    monkeypatch.setattr(os, "replace", last_fails)
+    contents = {tmp_path / name: f"new {name}\n" for name in ("a.txt", "new.txt", "b.txt")}
+    with pytest.raises(OSError, match="No space"):
+        write_files({**contents, tmp_path / "c.txt": "new c\n"})
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == {
+        "a.txt": "old a\n",
+        "b.txt": "old b\n",
+        "c.txt": "old c\n",
+    }
+
+
+def test_whole_or_absent_a_directory_in_the_way_leaves_the_set_as_it_was(tmp_path):
+    (tmp_path / "model.json").write_text("old model\n")
+    (tmp_path / "features.json").mkdir()
+    with pytest.raises(IsADirectoryError, match="features.json"):
+        write_files({tmp_path / "model.json": "new\n", tmp_path / "features.json": "new\n"})
+    assert (tmp_path / "model.json").read_text() == "old model\n"
+    assert (tmp_path / "features.json").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["features.json", "model.json"]
+
+
+def test_whole_or_absent_an_interrupt_between_renames_puts_back_the_old_file(tmp_path, monkeypatch):
+    (tmp_path / "scores.txt").write_text("old\n")
+    real_replace = os.replace
+
+    def interrupted(source, target):
+        if Path(target).name == "metrics.json" and Path(source).name.endswith(".tmp"):
+            raise KeyboardInterrupt
+        return real_replace(source, target)
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_files({tmp_path / "scores.txt": "new\n", tmp_path / "metrics.json": "{}"})
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == {"scores.txt": "old\n"}
