@@ -60,6 +60,9 @@ _VERSION = 1  # part of the split cache's key: bump when the arrays read from a 
 # MSLR-WEB30K, benchmarks/results/parquet_read.md), for a decode that is mostly a memory copy.
 _DECODE_THREADS = False
 _FOLD_STEMS = {"train": "train", "val": "vali", "test": "test"}
+# Memory per row besides the features: the label (uint8 decoded, float32 returned) and the qid
+# (int64 decoded, and its concatenated copy).
+_ROW_BYTES = 1 + 4 + 8 + 8
 INSTALL_HINT = "pip install 'differank[parquet]' (or pip install pyarrow)"
 
 
@@ -415,6 +418,7 @@ class _Opened:
     width: int
     starts: np.ndarray  # first row of each row group, then the row count
     docid: str | None
+    largest_group_bytes: int  # the footer's decoded size of its largest row group
 
     @property
     def rows(self) -> int:
@@ -433,9 +437,18 @@ def _open(path, columns: ParquetColumns, memory_map: bool = False) -> _Opened:
     if metadata.num_rows == 0:
         raise ValueError(f"{path}: empty file (no rows)")
     width = _list_width(pa, parquet, names[0], path) if is_list else len(names)
-    sizes = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
+    groups = [metadata.row_group(g) for g in range(metadata.num_row_groups)]
+    sizes = [group.num_rows for group in groups]
+    if metadata.num_rows != sum(sizes) or min(sizes, default=0) < 0:
+        raise ValueError(
+            f"{path}: the footer claims {metadata.num_rows} rows, its row groups {sizes}; the "
+            "file is damaged or was altered: write it again"
+        )
+    decoded = max((group.total_byte_size for group in groups), default=0)
     docid = columns.docid if columns.docid in parquet.schema_arrow.names else None
-    return _Opened(path, parquet, names, is_list, width, np.cumsum([0, *sizes]), docid)
+    return _Opened(
+        path, parquet, names, is_list, width, np.cumsum([0, *sizes]), docid, max(decoded, 0)
+    )
 
 
 def _sha256(path: Path) -> str:
@@ -471,6 +484,12 @@ def _decode(
     for group in range(len(starts) - 1):
         start, stop = int(starts[group]), int(starts[group + 1])
         table = opened.parquet.read_row_group(group, columns=read, use_threads=_DECODE_THREADS)
+        if table.num_rows != stop - start:
+            raise ValueError(
+                f"{path}: row group {group}: the footer claims {stop - start} rows, the row "
+                f"group holds {table.num_rows}; the file is damaged or was altered: write it "
+                "again"
+            )
 
         def where(row, column, group=group, start=start):
             return (
@@ -527,6 +546,30 @@ def _gib(size: float) -> str:
     return f"{size / 2**30:.2f} GiB"
 
 
+def _check_memory(opened: list[_Opened]) -> tuple[str, int]:
+    """Before anything is decoded, the sizes the files' footers claim against the available
+    memory: the float32 features, each row's label and qid as decoded and as returned
+    (``_ROW_BYTES``) and the largest row group's decoded columns (what decompression takes at
+    once). Returns the subject of a budget message and the feature cells; a footer that claims
+    more than the memory holds is refused naming the files (the budget of ``read_parquet`` and
+    of ``data.format=parquet``, docs/data.md#parquet-data)."""
+    cells = sum(o.rows * o.width for o in opened)
+    rows = sum(o.rows for o in opened)
+    memory = 4 * cells + _ROW_BYTES * rows + max(o.largest_group_bytes for o in opened)
+    subject = (
+        f"the Parquet files ({', '.join(str(o.path) for o in opened)}): {rows} rows, "
+        f"{cells} feature values as float32"
+    )
+    available = available_memory_bytes()
+    if available is not None and memory > available:
+        raise ValueError(
+            f"{subject} need {_gib(memory)} of memory, but {_gib(available)} is available; "
+            "read fewer feature columns (data.feature_columns, or ParquetColumns(features=...)) "
+            "or free memory"
+        )
+    return subject, cells
+
+
 def check_fold_budget(
     files: dict[str, list[Path]], columns: ParquetColumns, *, cache_dir=None
 ) -> None:
@@ -534,19 +577,7 @@ def check_fold_budget(
     float32 features, labels and qids must fit in the available memory, with the normalised
     copy of every split on the cache's disk; otherwise the numbers and the ways out."""
     opened = [_open(path, columns) for paths in files.values() for path in paths]
-    cells = sum(o.rows * o.width for o in opened)
-    rows = sum(o.rows for o in opened)
-    memory = 4 * cells + 9 * rows  # features, label (uint8) and qid (int64) per row
-    available = available_memory_bytes()
-    subject = (
-        f"the fold's Parquet files ({', '.join(str(o.path) for o in opened)}): {rows} rows, "
-        f"{cells} feature values as float32"
-    )
-    if available is not None and memory > available:
-        raise ValueError(
-            f"{subject} need {_gib(memory)} of memory, but {_gib(available)} is available; "
-            "read fewer feature columns (data.feature_columns) or free memory"
-        )
+    subject, cells = _check_memory(opened)
     root = Path(cache_dir or default_cache_dir()).expanduser()
     free = cache.free_disk_bytes(root)
     if 4 * cells > free:
@@ -614,6 +645,7 @@ def read_parquet(
     null_value, label_range = check_read_options(nan_policy, null_value, label_range)
     opened = [_open(p, columns, memory_map) for p in parquet_files(path)]
     check_same_features([(o.path, o.names, o.width) for o in opened])
+    _check_memory(opened)
     features = np.empty((sum(o.rows for o in opened), opened[0].width), np.float32)
     parts, row = [], 0
     for each in opened:

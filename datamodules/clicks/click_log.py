@@ -36,15 +36,30 @@ Public API::
 from __future__ import annotations
 
 import io
+import math
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from differank.datamodules.atomic_files import write_file
+from differank.datamodules.reader import available_memory_bytes
 
 FORMAT = "differank-click-log-1"
 _COLUMNS = ("session", "qid", "position", "click", "doc_row", "features", "propensity")
+# What reading holds per row besides the columns as stored: the int64 copies of the integer
+# columns (session, qid, position, click, doc_row), the rule checks' int64 temporaries (expected
+# positions, session qids, offsets) and the float32 propensity.
+_ROW_BYTES = 5 * 8 + 3 * 8 + 4
+# Deflate inflates at most 1032 bytes per byte stored (its longest match per shortest code);
+# an archive claiming more is altered. The allowance covers the smallest members.
+_DEFLATE_RATIO = 1032
+_NPY_HEADER_LIMIT = 2**16
+_HEADER_READERS = {
+    (1, 0): np.lib.format.read_array_header_1_0,
+    (2, 0): np.lib.format.read_array_header_2_0,
+}
 
 
 class ClickLogError(ValueError):
@@ -183,24 +198,99 @@ def read_click_log(path: str | Path) -> ClickLog:
         [0, 1]
     """
     path = Path(path)
+    names = _check_claimed_sizes(path)
+    unknown = sorted(names - set(_COLUMNS) - {"format"})
+    missing = [name for name in ("session", "qid", "position", "click") if name not in names]
+    if unknown or missing:
+        raise ClickLogError(
+            f"{path}: unknown columns {unknown}, missing columns {missing}; a click log has "
+            f"{['format', *_COLUMNS]}"
+        )
     try:
-        archive = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as error:
-        raise ClickLogError(f"{path}: not a click log (.npz archive): {error}") from error
-    with archive:
-        names = set(archive.files)
-        found = str(archive["format"]) if "format" in names else None
-        if found != FORMAT:
-            raise ClickLogError(
-                f"{path}: format is {found!r}, expected {FORMAT!r} "
-                "(docs/clicks.md#the-click-log-format)"
-            )
-        unknown = sorted(names - set(_COLUMNS) - {"format"})
-        missing = [name for name in ("session", "qid", "position", "click") if name not in names]
-        if unknown or missing:
-            raise ClickLogError(
-                f"{path}: unknown columns {unknown}, missing columns {missing}; a click log has "
-                f"{list(_COLUMNS)}"
-            )
-        columns = {name: archive[name] for name in names if name != "format"}
+        with np.load(path, allow_pickle=False) as archive:
+            found = archive["format"] if "format" in names else None
+            if found is None or found.shape != () or str(found) != FORMAT:
+                shown = None if found is None else str(found)
+                raise ClickLogError(
+                    f"{path}: format is {shown!r}, expected {FORMAT!r} "
+                    "(docs/clicks.md#the-click-log-format)"
+                )
+            columns = {name: archive[name] for name in names if name != "format"}
+    except (OSError, ValueError, zipfile.BadZipFile) as error:
+        if isinstance(error, ClickLogError):
+            raise
+        raise ClickLogError(f"{path}: not a readable click log (.npz archive): {error}") from error
     return ClickLog(**columns, source=str(path))
+
+
+def _check_claimed_sizes(path: Path) -> set[str]:
+    """The column names of the archive at ``path``, once every size it claims is checked
+    before numpy allocates or inflates anything: each member's array header (shape and dtype)
+    against the member's size, each member's size against the file's length (or, deflated,
+    against deflate's largest ratio), and what reading takes (the members as inflated, plus
+    the checked copies of the columns) against the available memory."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = [_member_header(path, archive, info) for info in archive.infolist()]
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as error:
+        if isinstance(error, ClickLogError):
+            raise
+        raise ClickLogError(f"{path}: not a click log (.npz archive): {error}") from error
+    names = [name for name, _, _, _ in members]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ClickLogError(f"{path}: column(s) {repeated} appear more than once in the archive")
+    shapes = {name: shape for name, shape, _, _ in members}
+    rows = shapes["session"][0] if len(shapes.get("session", ())) else 0
+    cells = math.prod(shapes["features"]) if "features" in shapes else 0
+    need = sum(inflated for *_, inflated in members) + rows * _ROW_BYTES + 4 * cells
+    available = available_memory_bytes()
+    if available is not None and need > available:
+        raise ClickLogError(
+            f"{path}: reading it takes {need / 2**30:.2f} GiB ({rows} rows; its columns "
+            f"inflate to {sum(m[3] for m in members) / 2**30:.2f} GiB), but "
+            f"{available / 2**30:.2f} GiB of memory is available: split the log into smaller "
+            "logs, or free memory"
+        )
+    return set(names)
+
+
+def _member_header(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple:
+    """``(column, shape, dtype, inflated bytes)`` of one archive member, read from its first
+    bytes only; a claim the member cannot hold is a :class:`ClickLogError` naming it."""
+    name = info.filename.removesuffix(".npy")
+    where = f"{path}: column {name!r}"
+    size = path.stat().st_size
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        raise ClickLogError(
+            f"{where} is compressed with zip method {info.compress_type}; a click log is "
+            "stored (np.savez) or deflated (np.savez_compressed)"
+        )
+    if info.header_offset + info.compress_size > size:
+        raise ClickLogError(
+            f"{where}: the archive claims {info.compress_size} bytes at offset "
+            f"{info.header_offset}, beyond the file's {size} bytes (a damaged or altered log)"
+        )
+    stored = info.compress_type == zipfile.ZIP_STORED
+    if (stored and info.file_size != info.compress_size) or (
+        info.file_size > _DEFLATE_RATIO * info.compress_size + _NPY_HEADER_LIMIT
+    ):
+        raise ClickLogError(
+            f"{where}: the archive claims {info.file_size} bytes from {info.compress_size} "
+            "stored bytes, more than they can hold (a damaged or altered log)"
+        )
+    with archive.open(info) as member:
+        version = np.lib.format.read_magic(member)
+        if version not in _HEADER_READERS:
+            raise ClickLogError(f"{where}: .npy format version {version} is not 1.0 or 2.0")
+        shape, _, dtype = _HEADER_READERS[version](member)
+        header = member.tell()
+    if dtype.hasobject:
+        raise ClickLogError(f"{where} holds Python objects (dtype {dtype}); refused, never read")
+    claimed = header + math.prod(shape) * dtype.itemsize
+    if claimed != info.file_size:
+        raise ClickLogError(
+            f"{where}: its header claims shape {shape} of {dtype} ({claimed} bytes), the "
+            f"archive member holds {info.file_size} bytes (a damaged or altered log)"
+        )
+    return name, shape, dtype, info.file_size

@@ -1,0 +1,97 @@
+"""Hostile click logs (issue #41), one class per test name: sizes an archive claims
+(``test_claimed_size_...``), values checked at their stored width (``test_narrowed_value_...``),
+special files (``test_special_file_...``) and the data a log belongs to
+(``test_companion_identity_...``)."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+import numpy as np
+import pytest
+
+from differank.datamodules.clicks import click_log
+from differank.datamodules.clicks.click_log import ClickLogError, read_click_log
+
+
+def npy(array: np.ndarray, shape: tuple | None = None) -> bytes:
+    """``array`` as .npy bytes, its header claiming ``shape`` (default: its own)."""
+    buffer = io.BytesIO()
+    header = {"descr": np.lib.format.dtype_to_descr(array.dtype), "fortran_order": False}
+    np.lib.format.write_array_header_1_0(buffer, {**header, "shape": shape or array.shape})
+    buffer.write(np.ascontiguousarray(array).tobytes())
+    return buffer.getvalue()
+
+
+def columns(**changes) -> dict[str, np.ndarray]:
+    base = dict(
+        format=np.array(click_log.FORMAT),
+        session=np.array([0, 0, 1]),
+        qid=np.array([7, 7, 9]),
+        position=np.array([0, 1, 0]),
+        click=np.array([1, 0, 0], np.uint8),
+        doc_row=np.array([4, 2, 8]),
+    )
+    return {**base, **changes}
+
+
+def archive(path, members: dict[str, bytes], method=zipfile.ZIP_STORED):
+    with zipfile.ZipFile(path, "w", method) as handle:
+        for name, data in members.items():
+            handle.writestr(f"{name}.npy", data)
+    return path
+
+
+def log_file(path, method=zipfile.ZIP_STORED, **changes):
+    return archive(path, {k: npy(v) for k, v in columns(**changes).items()}, method)
+
+
+# ---- claimed sizes ----------------------------------------------------------------------------
+
+
+def test_claimed_size_a_header_of_10_to_the_12_rows_is_refused_before_numpy_allocates(tmp_path):
+    members = {k: npy(v) for k, v in columns().items()}
+    members["session"] = npy(np.array([0, 0, 1]), shape=(10**12,))
+    path = archive(tmp_path / "huge.npz", members)
+    with pytest.raises(
+        ClickLogError, match=r"huge\.npz: column 'session': its header claims shape \(10{12},\)"
+    ):
+        read_click_log(path)
+
+
+def test_claimed_size_a_header_claiming_more_rows_than_stored_is_named(tmp_path):
+    members = {k: npy(v) for k, v in columns().items()}
+    members["qid"] = npy(np.array([7, 7, 9]), shape=(6,))
+    path = archive(tmp_path / "short.npz", members)
+    with pytest.raises(ClickLogError, match=r"short\.npz: column 'qid'.* holds 152 bytes"):
+        read_click_log(path)
+
+
+def test_claimed_size_a_deflated_log_past_the_budget_is_refused_before_inflating(
+    tmp_path, monkeypatch
+):
+    rows = 4096
+    features = np.zeros((rows, 256), np.float32)  # 4 MiB that deflate to a few KiB
+    path = log_file(
+        tmp_path / "bomb.npz",
+        zipfile.ZIP_DEFLATED,
+        session=np.arange(rows),
+        qid=np.arange(rows),
+        position=np.zeros(rows, np.int64),
+        click=np.zeros(rows, np.uint8),
+        doc_row=np.arange(rows),
+        features=features,
+    )
+    assert path.stat().st_size < features.nbytes / 50
+    monkeypatch.setattr(click_log, "available_memory_bytes", lambda: 2**20, raising=False)
+    inflated = []
+    real_load = np.load
+    monkeypatch.setattr(np, "load", lambda *a, **k: inflated.append(a) or real_load(*a, **k))
+    with pytest.raises(
+        ClickLogError, match=r"bomb\.npz: reading it takes .* inflate to .* but 0\.00 GiB of memory"
+    ):
+        read_click_log(path)
+    assert inflated == []
+    monkeypatch.setattr(click_log, "available_memory_bytes", lambda: 2**30)
+    assert read_click_log(path).features.shape == (rows, 256)  # within the budget: read

@@ -1,0 +1,67 @@
+"""Hostile Parquet inputs and outputs (issue #41), one class per test name: sizes a footer
+claims (``test_claimed_size_...``), special files among a split's parts and repeated column
+names (``test_special_file_...``), the source a conversion records (``test_companion_identity_
+...``) and conversions that are whole or absent (``test_whole_or_absent_...``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+from differank.datamodules import parquet  # noqa: E402
+from differank.datamodules.parquet import read_parquet, write_parquet  # noqa: E402
+from tests.datamodules.forged_parquet import (  # noqa: E402
+    FILE_ROWS,
+    forge_footer,
+    row_group_rows,
+)
+
+
+def small_file(path, rows=3):
+    X = np.arange(2 * rows, dtype=np.float32).reshape(rows, 2)
+    return write_parquet(path, X, np.arange(rows) % 3, np.repeat([1, 2], [1, rows - 1]))
+
+
+def forged(path, changes):
+    path.write_bytes(forge_footer(small_file(path).read_bytes(), changes))
+    return path
+
+
+# ---- claimed sizes ----------------------------------------------------------------------------
+
+
+def test_claimed_size_a_footer_of_10_to_the_12_rows_is_refused_before_numpy_allocates(tmp_path):
+    path = forged(tmp_path / "huge.parquet", {FILE_ROWS: 10**12, row_group_rows(0): 10**12})
+    assert pq.ParquetFile(path).metadata.num_rows == 10**12  # the forgery holds
+    with pytest.raises(ValueError, match=r"huge\.parquet\): 1000000000000 rows.* of memory, but"):
+        read_parquet(path)
+
+
+def test_claimed_size_a_footer_claiming_twice_the_rows_names_the_row_group(tmp_path):
+    path = forged(tmp_path / "twice.parquet", {FILE_ROWS: 6, row_group_rows(0): 6})
+    with pytest.raises(
+        ValueError, match=r"twice\.parquet: row group 0: the footer claims 6 rows, the row group"
+    ):
+        read_parquet(path)
+
+
+def test_claimed_size_file_and_row_group_counts_that_disagree_are_refused(tmp_path):
+    path = forged(tmp_path / "disagree.parquet", {FILE_ROWS: 7})
+    with pytest.raises(ValueError, match=r"disagree\.parquet: the footer claims 7 rows, its row"):
+        read_parquet(path)
+
+
+def test_claimed_size_read_parquet_has_the_budget_of_data_format_parquet(tmp_path, monkeypatch):
+    path = small_file(tmp_path / "train.parquet")
+    decoded = []
+    monkeypatch.setattr(parquet, "_decode", lambda *a, **k: decoded.append(a))
+    monkeypatch.setattr(parquet, "available_memory_bytes", lambda: 100)
+    message = r"train\.parquet\): 3 rows, 6 feature values .* 0\.00 GiB is available; read fewer"
+    with pytest.raises(ValueError, match=message):
+        read_parquet(path)
+    with pytest.raises(ValueError, match=message):  # the same function, for a fold
+        parquet.check_fold_budget({"train": [path]}, parquet.ParquetColumns())
+    assert decoded == []
