@@ -36,6 +36,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +53,7 @@ from differank.datamodules.reader import (
     check_read_options,
     default_cache_dir,
 )
+from differank.datamodules.regular_files import require_regular_file
 
 MAX_LABEL = 31  # the text rule: 2^label - 1 stays finite and exact enough in float32 sums
 QID_LIMIT = 10**18  # the text rule: at most 18 decimal digits
@@ -162,16 +165,20 @@ class ParquetFile(LetorFile):
 
 def parquet_files(path) -> list[Path]:
     """``path`` itself when it is a file, else the ``*.parquet`` files of the folder ``path``
-    in name order (none is an error)."""
+    in name order (none is an error). Every one must be a regular file: a FIFO, a directory, a
+    dangling link or a link loop named ``*.parquet`` is refused by name, never skipped (the
+    split would silently train on the rest)."""
     path = Path(path).expanduser()
-    if path.is_file():
-        return [path]
-    if not path.is_dir():
+    if not os.path.lexists(path):
         raise MissingLetorFileError(f"no Parquet file or folder at {path}")
-    files = sorted(p for p in path.iterdir() if p.suffix == ".parquet" and p.is_file())
-    if not files:
+    if not path.is_dir():
+        return [require_regular_file(path, "a Parquet file")]
+    parts = sorted(p for p in path.iterdir() if p.suffix == ".parquet")
+    for part in parts:
+        require_regular_file(part, f"each *.parquet part of the split folder {path}")
+    if not parts:
         raise MissingLetorFileError(f"{path} holds no *.parquet file")
-    return files
+    return parts
 
 
 def fold_files(root, fold: int) -> dict[str, list[Path]]:
@@ -187,13 +194,15 @@ def fold_files(root, fold: int) -> dict[str, list[Path]]:
     files = {}
     for split, stem in _FOLD_STEMS.items():
         single, folder = fold_dir / f"{stem}.parquet", fold_dir / stem
-        if single.exists() and folder.exists():
+        # lexists: a dangling link or a link loop is there, and refused by name below
+        has_single, has_folder = os.path.lexists(single), os.path.lexists(folder)
+        if has_single and has_folder:
             raise ValueError(
                 f"ambiguous Parquet split: both {single} and {folder}/ exist; remove one of them"
             )
-        if not (single.exists() or folder.exists()):
+        if not (has_single or has_folder):
             raise MissingLetorFileError(f"missing Parquet split: {single} or {folder}/")
-        files[split] = parquet_files(single if single.exists() else folder)
+        files[split] = parquet_files(single if has_single else folder)
     return files
 
 
@@ -212,6 +221,12 @@ def _is_list(pa, data_type) -> bool:
 def _feature_layout(pa, schema, path: Path, columns: ParquetColumns) -> tuple[list[str], bool]:
     """The feature column names and whether they are one list column; types checked."""
     names = schema.names
+    repeated = sorted(name for name, count in Counter(names).items() if count > 1)
+    if repeated:
+        raise ValueError(
+            f"{path}: column name(s) {repeated} appear more than once; every column needs its "
+            "own name (write the file again with distinct column names)"
+        )
     for role, name in (("label", columns.label), ("qid", columns.qid)):
         if name not in names:
             raise ValueError(
@@ -427,7 +442,7 @@ class _Opened:
 
 def _open(path, columns: ParquetColumns, memory_map: bool = False) -> _Opened:
     pa, pq = _pyarrow()
-    path = Path(path).expanduser()
+    path = require_regular_file(Path(path).expanduser(), "a Parquet file")  # a FIFO would block
     try:
         parquet = pq.ParquetFile(path, memory_map=memory_map)
     except (pa.ArrowException, OSError) as error:

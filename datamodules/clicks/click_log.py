@@ -45,6 +45,7 @@ import numpy as np
 
 from differank.datamodules.atomic_files import write_file
 from differank.datamodules.reader import available_memory_bytes
+from differank.datamodules.regular_files import require_regular_file
 
 FORMAT = "differank-click-log-1"
 _COLUMNS = ("session", "qid", "position", "click", "doc_row", "features", "propensity")
@@ -197,7 +198,7 @@ def read_click_log(path: str | Path) -> ClickLog:
         >>> read_click_log(path).click.tolist()
         [0, 1]
     """
-    path = Path(path)
+    path = require_regular_file(path, "a click log")  # a FIFO would block the read
     names = _check_claimed_sizes(path)
     unknown = sorted(names - set(_COLUMNS) - {"format"})
     missing = [name for name in ("session", "qid", "position", "click") if name not in names]

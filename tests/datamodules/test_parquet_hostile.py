@@ -5,6 +5,8 @@ names (``test_special_file_...``), the source a conversion records (``test_compa
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -65,3 +67,58 @@ def test_claimed_size_read_parquet_has_the_budget_of_data_format_parquet(tmp_pat
     with pytest.raises(ValueError, match=message):  # the same function, for a fold
         parquet.check_fold_budget({"train": [path]}, parquet.ParquetColumns())
     assert decoded == []
+
+
+# ---- special files ----------------------------------------------------------------------------
+
+
+def make_special(path, kind):
+    """Make ``path`` a FIFO, a directory, a dangling link or a link loop."""
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "dangling link":
+        path.symlink_to(path.parent / "nowhere.parquet")
+    else:  # a link loop
+        path.symlink_to(path)
+
+
+SPECIAL = {
+    "fifo": "is a FIFO",
+    "directory": "is a directory",
+    "dangling link": "is a dangling symbolic link",
+    "link loop": "is a symbolic link loop",
+}
+
+
+@pytest.mark.parametrize("kind", SPECIAL)
+def test_special_file_among_a_split_folders_parts_is_refused_by_name(tmp_path, kind):
+    split = tmp_path / "Fold1" / "train"
+    small_file(split / "part-0.parquet")
+    make_special(split / "part-1.parquet", kind)
+    message = rf"part-1\.parquet {SPECIAL[kind]}.* must be a regular file"
+    with pytest.raises((ValueError, FileNotFoundError), match=message):
+        read_parquet(split)
+    for other in ("vali", "test"):
+        small_file(tmp_path / "Fold1" / f"{other}.parquet")
+    with pytest.raises((ValueError, FileNotFoundError), match=message):
+        parquet.fold_files(tmp_path, 1)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dangling link", "link loop"])  # a folder: its parts
+def test_special_file_as_a_fold_split_is_refused_by_name(tmp_path, kind):
+    fold = tmp_path / "Fold1"
+    for other in ("vali", "test"):
+        small_file(fold / f"{other}.parquet")
+    make_special(fold / "train.parquet", kind)
+    with pytest.raises((ValueError, FileNotFoundError), match=rf"train\.parquet {SPECIAL[kind]}"):
+        parquet.fold_files(tmp_path, 1)
+
+
+def test_special_file_repeated_column_names_are_a_named_error(tmp_path):
+    path = tmp_path / "twice.parquet"
+    values = [pa.array([1, 0]), pa.array([5, 5]), pa.array([0.5, 1.0]), pa.array([2.0, 3.0])]
+    pq.write_table(pa.Table.from_arrays(values, names=["label", "qid", "f", "f"]), path)
+    with pytest.raises(ValueError, match=r"twice\.parquet: column name\(s\) \['f'\] appear more"):
+        read_parquet(path)

@@ -6,6 +6,8 @@ special files (``test_special_file_...``) and the data a log belongs to
 from __future__ import annotations
 
 import io
+import os
+import threading
 import zipfile
 
 import numpy as np
@@ -95,3 +97,35 @@ def test_claimed_size_a_deflated_log_past_the_budget_is_refused_before_inflating
     assert inflated == []
     monkeypatch.setattr(click_log, "available_memory_bytes", lambda: 2**30)
     assert read_click_log(path).features.shape == (rows, 256)  # within the budget: read
+
+
+# ---- special files ----------------------------------------------------------------------------
+
+
+def test_special_file_a_fifo_log_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "clicks.npz"
+    os.mkfifo(fifo)
+    outcome = []
+
+    def read():
+        try:
+            read_click_log(fifo)
+        except ValueError as error:
+            outcome.append(str(error))
+
+    reader = threading.Thread(target=read, daemon=True)  # a blocked open stays behind
+    reader.start()
+    reader.join(timeout=5)
+    if reader.is_alive():  # unblock the reader so that the thread can end
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert not reader.is_alive(), "reading a FIFO blocked"
+    assert outcome and f"{fifo} is a FIFO" in outcome[0]
+
+
+def test_special_file_a_log_whose_column_appears_twice_is_named(tmp_path):
+    members = {k: npy(v) for k, v in columns().items()}
+    path = archive(tmp_path / "twice.npz", members)
+    with pytest.warns(UserWarning, match="Duplicate name"), zipfile.ZipFile(path, "a") as handle:
+        handle.writestr("click.npy", npy(np.array([0, 0, 1], np.uint8)))
+    with pytest.raises(ClickLogError, match=r"twice\.npz: column\(s\) \['click'\] appear more"):
+        read_click_log(path)
