@@ -44,10 +44,11 @@ from pathlib import Path
 import numpy as np
 
 from differank.datamodules.atomic_files import write_file
-from differank.datamodules.reader import available_memory_bytes
+from differank.datamodules.reader import FLOAT32_MAX, available_memory_bytes
 from differank.datamodules.regular_files import require_regular_file
 
 FORMAT = "differank-click-log-1"
+_INT64_MIN, _INT64_MAX = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
 _COLUMNS = ("session", "qid", "position", "click", "doc_row", "features", "propensity")
 # What reading holds per row besides the columns as stored: the int64 copies of the integer
 # columns (session, qid, position, click, doc_row), the rule checks' int64 temporaries (expected
@@ -90,21 +91,31 @@ class ClickLog:
     source: str = "<click log>"  # the file, for error messages
 
     def __post_init__(self) -> None:
+        # Every value is checked at the width it is given in, before it is narrowed: a click
+        # of 256 cast to uint8 first would read as 0, a doc_row of 2^63 cast to int64 as
+        # negative, a float64 propensity of 1 + 1e-9 cast to float32 as 1.
         self.session = self._integers("session", self.session)
         n = len(self.session)
         self.qid = self._integers("qid", self.qid, n)
-        self.position = self._integers("position", self.position, n)
-        self.click = self._integers("click", self.click, n).astype(np.uint8)
+        self.position = self._integers("position", self.position, n, lowest=0)
+        self.click = self._integers("click", self.click, n, 0, 1, "is not 0 or 1").astype(np.uint8)
         if self.doc_row is not None:
-            self.doc_row = self._integers("doc_row", self.doc_row, n)
+            self.doc_row = self._integers("doc_row", self.doc_row, n, lowest=0)
         if self.features is not None:
-            self.features = np.asarray(self.features, dtype=np.float32)
-            if self.features.ndim != 2 or len(self.features) != n:
+            features = self._numbers("features", self.features)
+            if features.ndim != 2 or len(features) != n:
                 self._fail(f"features must be [N, F] with N = {n} rows")
+            finite = (np.isfinite(features) & (np.abs(features) <= FLOAT32_MAX)).all(axis=1)
+            self._first_bad(~finite, lambda r: "a feature is NaN, infinite or beyond float32")
+            self.features = features.astype(np.float32)
         if self.propensity is not None:
-            self.propensity = np.asarray(self.propensity, dtype=np.float32)
-            if self.propensity.shape != (n,):
+            p = self._numbers("propensity", self.propensity)
+            if p.shape != (n,):
                 self._fail(f"propensity must be 1-D with N = {n} rows")
+            # (0, 1] as stored, and still > 0 in float32 (a float64 1e-50 would become 0)
+            inside = (p > 0) & (p <= 1) & (p.astype(np.float32) > 0)
+            self._first_bad(~inside, lambda r: f"propensity {p[r]} is not in (0, 1]")
+            self.propensity = p.astype(np.float32)
         self._check_rows()
 
     @property
@@ -124,17 +135,50 @@ class ClickLog:
         np.savez(buffer, **columns)  # type: ignore[arg-type]
         return write_file(path, buffer.getvalue())
 
-    def _integers(self, name: str, values, n: int | None = None) -> np.ndarray:
+    def _integers(
+        self,
+        name: str,
+        values,
+        n: int | None = None,
+        lowest: int = _INT64_MIN,
+        highest: int = _INT64_MAX,
+        outside: str = "",
+    ) -> np.ndarray:
+        """``values`` as int64 once every one is an integer in ``[lowest, highest]`` at the
+        width it is given in (``outside``: what the error says of one that is not)."""
         array = np.asarray(values)
         if array.ndim != 1 or (n is not None and len(array) != n):
             self._fail(f"{name} must be 1-D with one value per row ({n} rows), got {array.shape}")
         if array.dtype.kind == "f":
             whole = np.isfinite(array) & (array == np.round(array))
-            if not whole.all():
-                self._fail(f"{name} must hold integers", int(np.flatnonzero(~whole)[0]))
-        elif array.dtype.kind not in "iub":
+            self._first_bad(~whole, lambda r: f"{name} {array[r]} is not an integer")
+            # highest + 1: a float64 2^63 - 1 rounds to 2^63, beyond int64
+            inside = (array >= lowest) & (array < highest + 1)
+        elif array.dtype.kind in "iub":
+            inside = (array >= lowest) & (array <= highest)  # compared at the stored width
+        else:
             self._fail(f"{name} must hold integers, got dtype {array.dtype}")
+
+        def why(row: int) -> str:
+            value = array[row]
+            if outside:
+                return f"{name} {value} {outside}"
+            if value < lowest:
+                return (
+                    f"{name} {value} is negative" if lowest == 0 else f"{name} {value} < {lowest}"
+                )
+            return f"{name} {value} is beyond int64 (at most {highest})"
+
+        self._first_bad(~inside, why)
         return array.astype(np.int64)
+
+    def _numbers(self, name: str, values) -> np.ndarray:
+        """``values`` as an array of numbers (integers or floats), not yet narrowed: text,
+        objects or complex numbers are refused."""
+        array = np.asarray(values)
+        if array.dtype.kind not in "iubf":
+            self._fail(f"{name} must hold numbers, got dtype {array.dtype}")
+        return array
 
     def _check_rows(self) -> None:
         n = len(self.session)
@@ -165,15 +209,6 @@ class ClickLog:
             self.qid != session_qid,
             lambda r: f"qid {self.qid[r]} differs from its session's qid {session_qid[r]}",
         )
-        self._first_bad(self.click > 1, lambda r: f"click {self.click[r]} is not 0 or 1")
-        if self.doc_row is not None:
-            self._first_bad(self.doc_row < 0, lambda r: f"doc_row {self.doc_row[r]} is negative")
-        if self.features is not None:
-            finite = np.isfinite(self.features).all(axis=1)
-            self._first_bad(~finite, lambda r: "a feature is NaN or infinite")
-        if self.propensity is not None:
-            p = self.propensity
-            self._first_bad(~((p > 0) & (p <= 1)), lambda r: f"propensity {p[r]} is not in (0, 1]")
 
     def _first_bad(self, bad: np.ndarray, message) -> None:
         if bad.any():
@@ -181,7 +216,13 @@ class ClickLog:
             self._fail(message(row), row)
 
     def _fail(self, message: str, row: int | None = None):
-        where = "" if row is None else f" row {row} (session {self.session[row]}):"
+        # the session is named once it is known to be int64 (it is checked first)
+        session = isinstance(self.session, np.ndarray) and self.session.dtype == np.int64
+        where = (
+            ""
+            if row is None
+            else f" row {row}" + (f" (session {self.session[row]}):" if session else ":")
+        )
         raise ClickLogError(f"{self.source}:{where} {message}")
 
 

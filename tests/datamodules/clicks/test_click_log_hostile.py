@@ -129,3 +129,47 @@ def test_special_file_a_log_whose_column_appears_twice_is_named(tmp_path):
         handle.writestr("click.npy", npy(np.array([0, 0, 1], np.uint8)))
     with pytest.raises(ClickLogError, match=r"twice\.npz: column\(s\) \['click'\] appear more"):
         read_click_log(path)
+
+
+# ---- narrowed values --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("stored", "shown"), [(np.uint16, "256"), (np.int64, "257")])
+def test_narrowed_value_a_click_is_checked_before_it_becomes_uint8(tmp_path, stored, shown):
+    click = np.array([1, 0, int(shown)], stored)
+    path = log_file(tmp_path / "log.npz", click=click)
+    with pytest.raises(
+        ClickLogError, match=rf"log\.npz: row 2 \(session 1\): click {shown} is not"
+    ):
+        read_click_log(path)
+
+
+@pytest.mark.parametrize(
+    ("doc_row", "message"),
+    [
+        (np.array([4, 2**63, 8], np.uint64), "doc_row 9223372036854775808 is beyond int64"),
+        (np.array([4, 1e19, 8]), r"doc_row 1e\+19 is beyond int64"),
+        (np.array([4, 2.0**63, 8]), r"doc_row 9.223372036854776e\+18 is beyond int64"),
+        (np.array([4, -1.0, 8]), r"doc_row -1.0 is negative"),
+    ],
+)
+def test_narrowed_value_a_doc_row_beyond_int64_is_refused_as_stored(tmp_path, doc_row, message):
+    path = log_file(tmp_path / "log.npz", doc_row=doc_row)
+    with pytest.raises(ClickLogError, match=rf"log\.npz: row 1 \(session 0\): {message}"):
+        read_click_log(path)
+
+
+@pytest.mark.parametrize(("value", "shown"), [(1 + 1e-9, "1.000000001"), (1e-50, "1e-50")])
+def test_narrowed_value_a_float64_propensity_is_checked_before_float32(tmp_path, value, shown):
+    path = log_file(tmp_path / "log.npz", propensity=np.array([1.0, value, 0.5]))
+    with pytest.raises(
+        ClickLogError, match=rf"log\.npz: row 1 \(session 0\): propensity {shown} is not in"
+    ):
+        read_click_log(path)
+
+
+def test_narrowed_value_a_float64_feature_beyond_float32_is_named(tmp_path):
+    features = np.array([[0.5], [1e300], [2.0]])
+    path = log_file(tmp_path / "log.npz", features=features)
+    with pytest.raises(ClickLogError, match=r"row 1 \(session 0\): a feature is .*beyond float32"):
+        read_click_log(path)
