@@ -38,6 +38,7 @@ import json
 import math
 import os
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,11 @@ _FOLD_STEMS = {"train": "train", "val": "vali", "test": "test"}
 # (int64 decoded, and its concatenated copy).
 _ROW_BYTES = 1 + 4 + 8 + 8
 INSTALL_HINT = "pip install 'differank[parquet]' (or pip install pyarrow)"
+# Footer keys of a converted file (datamodules/to_parquet.py): the sha256 of the text file it was
+# converted from, and one sha256 over every source of its conversion (the same in every file
+# written together), so that files of two conversions in one fold are told apart.
+SOURCE_SHA256 = "differank.source_sha256"
+CONVERSION_SHA256 = "differank.conversion_sha256"
 
 
 def _pyarrow():
@@ -203,7 +209,32 @@ def fold_files(root, fold: int) -> dict[str, list[Path]]:
         if not (has_single or has_folder):
             raise MissingLetorFileError(f"missing Parquet split: {single} or {folder}/")
         files[split] = parquet_files(single if has_single else folder)
+    _check_one_conversion([path for paths in files.values() for path in paths])
     return files
+
+
+def _check_one_conversion(paths: list[Path]) -> None:
+    """The files of a fold that record a conversion (:data:`CONVERSION_SHA256`) must record
+    the same one: a fold mixing two conversions (one split converted again, or copied from
+    another fold) is refused naming both files."""
+    pa, pq = _pyarrow()
+    recorded = []
+    for path in paths:
+        try:
+            metadata = pq.read_metadata(path).metadata or {}
+        except (pa.ArrowException, OSError):  # not Parquet: _open names the file and the reason
+            continue
+        conversion = metadata.get(CONVERSION_SHA256.encode())
+        if conversion is not None:
+            recorded.append((path, conversion.decode(errors="replace")))
+    for path, conversion in recorded[1:]:
+        first_path, first = recorded[0]
+        if conversion != first:
+            raise ValueError(
+                f"{path} and {first_path} come from two conversions ({CONVERSION_SHA256} "
+                f"{conversion} and {first}): a fold mixes files converted from other text. "
+                "Convert the fold again (python -m differank.datamodules.to_parquet SRC DST)"
+            )
 
 
 def _is_numeric(pa, data_type) -> bool:
@@ -686,6 +717,7 @@ def write_parquet(
     docids=None,
     row_group_rows: int = 16_384,
     compression: str = "none",
+    metadata: Mapping[str, str] | None = None,
 ) -> Path:
     """Write rows as a Parquet file that :func:`read_parquet` reads back exactly.
 
@@ -693,7 +725,8 @@ def write_parquet(
     (int64). Feature columns are named ``columns.features`` or ``feature_1..feature_F``;
     ``list_column=True`` stores them as one fixed-size list column (``columns.features[0]`` or
     ``features``). ``null_mask`` (bool [N, F]) writes those cells as nulls (LETOR's ``NULL``);
-    ``docids`` [N] (strings) the column ``columns.docid``.
+    ``docids`` [N] (strings) the column ``columns.docid``; ``metadata``: key-value pairs kept
+    in the file's footer (the converter records its source there, :data:`SOURCE_SHA256`).
     The file is written whole or not at all (``atomic_files``); ``compression`` is Parquet's
     (``"none"`` reads fastest, ``"snappy"`` / ``"zstd"`` are smaller). Example: see
     :func:`read_parquet`.
@@ -735,6 +768,8 @@ def write_parquet(
             mask = None if null_mask is None else null_mask[:, j]
             arrays[name] = pa.array(np.ascontiguousarray(X[:, j]), mask=mask)
     table = pa.table(arrays)
+    if metadata:
+        table = table.replace_schema_metadata(dict(metadata))
     sink = pa.BufferOutputStream()
     # Dictionary pages only for the label and qid (few distinct values): float features would
     # get a dictionary of every value, a larger file that decodes slower.

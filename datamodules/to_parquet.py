@@ -6,19 +6,23 @@ layout ``data.format=parquet`` reads). Each file is read by the text reader (its
 cache) and written by :func:`differank.datamodules.parquet.write_parquet` with one float32
 column per feature, ``feature_1..feature_F`` where F is the largest index over all the files
 converted (absent features are 0, as in the text), ``NULL`` cells as nulls, and integer labels
-and qids, and the doc ids in a ``docid`` column.
+and qids, and the doc ids in a ``docid`` column. Each file's footer records the sha256 of its
+text (``differank.source_sha256``) and one sha256 over every source of the conversion
+(``differank.conversion_sha256``): a fold that mixes files of two conversions is refused when
+it is read (``parquet.fold_files``).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import re
 from pathlib import Path
 
 import numpy as np
 
 from differank.datamodules.folds import resolve_fold_files
-from differank.datamodules.parquet import write_parquet
+from differank.datamodules.parquet import CONVERSION_SHA256, SOURCE_SHA256, write_parquet
 from differank.datamodules.reader import LetorFile, read_letor_file
 
 _FOLD = re.compile(r"Fold([0-9]+)")
@@ -47,16 +51,26 @@ def convert(source, target) -> list[Path]:
     plan = _targets(Path(source).expanduser(), Path(target).expanduser())
     parsed: dict[Path, LetorFile] = {path: read_letor_file(path) for path in plan}
     width = max(part.max_feature_index for part in parsed.values())
+    conversion = hashlib.sha256(
+        "\n".join(parsed[path].meta["sha256"] for path in plan).encode()
+    ).hexdigest()
     written = []
     for path, out in plan.items():
         part = parsed[path]
+        identity = {SOURCE_SHA256: part.meta["sha256"], CONVERSION_SHA256: conversion}
         features = np.zeros((part.num_rows, width), np.float32)
         features[:, : part.max_feature_index] = part.features
         nulls = np.zeros(features.shape, bool)
         nulls[part.null_rows, part.null_cols] = True
         written.append(
             write_parquet(
-                out, features, part.labels, part.qids, null_mask=nulls, docids=part.docids
+                out,
+                features,
+                part.labels,
+                part.qids,
+                null_mask=nulls,
+                docids=part.docids,
+                metadata=identity,
             )
         )
         part.release_pages()

@@ -18,16 +18,25 @@ column          dtype             meaning
 ``features``    float32 [N, F]    the document's raw features (as in a LETOR file): the run
                                   applies its feature transform and z-score to them
 ``propensity``  float32 [N]       optional: the logging examination propensity in (0, 1]
+``train_qids_`` str (scalar)      optional: sha256 of the per-row query ids (int64) of the
+``sha256``                        training split the log was written for
+``train_files_`` str (scalar)     optional: sha256 over that split's files' sha256
+``sha256``
 ==============  ================  =============================================================
 
 A log holds ``doc_row`` or ``features`` (or both: ``doc_row`` is then used). ``task=simulate``
-writes ``doc_row`` and ``propensity``; a real log usually has ``features`` (a few lines of
-NumPy turn a TSV or Parquet log into this file: docs/clicks.md#the-click-log-format).
-Reading checks every rule above and names the file, the row and the fix.
+writes ``doc_row``, ``propensity`` and the two fingerprints (a log with them is refused on other
+data: ``ClickDataModule.logged``); a real log usually has ``features`` (a few lines of NumPy
+turn a TSV or Parquet log into this file: docs/clicks.md#the-click-log-format).
+Reading checks every rule above and names the file, the row and the fix; before numpy reads a
+column, the log must be a regular file and every size its archive claims (member sizes, array
+headers, what deflated members inflate to) must fit the file and the memory budget; values are
+checked at the width they are stored in, before any narrowing.
 
 Public API::
 
-    ClickLog(session, qid, position, click, doc_row=None, features=None, propensity=None)
+    ClickLog(session, qid, position, click, doc_row=None, features=None, propensity=None,
+             train_qids_sha256=None, train_files_sha256=None)
       .write(path) -> Path        # atomic (datamodules/atomic_files.py)
       .offsets                    # int64 [S + 1]: session s is rows offsets[s]:offsets[s+1]
     read_click_log(path) -> ClickLog
@@ -37,6 +46,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +60,9 @@ from differank.datamodules.regular_files import require_regular_file
 FORMAT = "differank-click-log-1"
 _INT64_MIN, _INT64_MAX = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
 _COLUMNS = ("session", "qid", "position", "click", "doc_row", "features", "propensity")
+# The data a log was written for (scalars; docs/clicks.md#the-data-a-log-belongs-to)
+IDENTITY = ("train_qids_sha256", "train_files_sha256")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 # What reading holds per row besides the columns as stored: the int64 copies of the integer
 # columns (session, qid, position, click, doc_row), the rule checks' int64 temporaries (expected
 # positions, session qids, offsets) and the float32 propensity.
@@ -88,6 +101,8 @@ class ClickLog:
     doc_row: np.ndarray | None = None
     features: np.ndarray | None = None
     propensity: np.ndarray | None = None
+    train_qids_sha256: str | None = None  # the data it was written for (IDENTITY)
+    train_files_sha256: str | None = None
     source: str = "<click log>"  # the file, for error messages
 
     def __post_init__(self) -> None:
@@ -116,6 +131,10 @@ class ClickLog:
             inside = (p > 0) & (p <= 1) & (p.astype(np.float32) > 0)
             self._first_bad(~inside, lambda r: f"propensity {p[r]} is not in (0, 1]")
             self.propensity = p.astype(np.float32)
+        for name in IDENTITY:
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, str) and _SHA256.fullmatch(value)):
+                self._fail(f"{name} must be a sha256 (64 lowercase hex digits), got {value!r}")
         self._check_rows()
 
     @property
@@ -127,10 +146,10 @@ class ClickLog:
     def write(self, path: str | Path) -> Path:
         """The log as ``path`` (an uncompressed ``.npz``), whole or absent."""
         columns: dict[str, np.ndarray] = {"format": np.array(FORMAT)}
-        for name in _COLUMNS:
+        for name in (*_COLUMNS, *IDENTITY):
             value = getattr(self, name)
             if value is not None:
-                columns[name] = value
+                columns[name] = np.asarray(value)
         buffer = io.BytesIO()
         np.savez(buffer, **columns)  # type: ignore[arg-type]
         return write_file(path, buffer.getvalue())
@@ -241,12 +260,12 @@ def read_click_log(path: str | Path) -> ClickLog:
     """
     path = require_regular_file(path, "a click log")  # a FIFO would block the read
     names = _check_claimed_sizes(path)
-    unknown = sorted(names - set(_COLUMNS) - {"format"})
+    unknown = sorted(names - {"format", *_COLUMNS, *IDENTITY})
     missing = [name for name in ("session", "qid", "position", "click") if name not in names]
     if unknown or missing:
         raise ClickLogError(
             f"{path}: unknown columns {unknown}, missing columns {missing}; a click log has "
-            f"{['format', *_COLUMNS]}"
+            f"{['format', *_COLUMNS, *IDENTITY]}"
         )
     try:
         with np.load(path, allow_pickle=False) as archive:
@@ -257,7 +276,12 @@ def read_click_log(path: str | Path) -> ClickLog:
                     f"{path}: format is {shown!r}, expected {FORMAT!r} "
                     "(docs/clicks.md#the-click-log-format)"
                 )
-            columns = {name: archive[name] for name in names if name != "format"}
+            columns = {name: archive[name] for name in names & set(_COLUMNS)}
+            for name in names & set(IDENTITY):
+                value = archive[name]
+                if value.shape != () or value.dtype.kind != "U":
+                    raise ClickLogError(f"{path}: {name} must be one string, got {value.dtype}")
+                columns[name] = str(value)
     except (OSError, ValueError, zipfile.BadZipFile) as error:
         if isinstance(error, ClickLogError):
             raise

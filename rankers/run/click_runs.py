@@ -18,7 +18,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from differank.datamodules.clicks.click_log import ClickLog, read_click_log
-from differank.datamodules.clicks.datamodule import ClickDataModule
+from differank.datamodules.clicks.datamodule import ClickDataModule, training_identity
 from differank.rankers.run.production import shown_lists
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,7 @@ def simulate(cfg: DictConfig, run_dir: Path) -> Path:
         click=np.concatenate([sessions[s][2] for s in order]).astype(np.uint8),
         doc_row=np.concatenate([sessions[s][1] for s in order]),
         propensity=np.concatenate([sessions[s][3] for s in order]),
+        **training_identity(data),  # refused on other data (docs/clicks.md)
     )
     path = Path(clicks.log) if clicks.get("log") else run_dir / "clicks.npz"
     written.write(path)

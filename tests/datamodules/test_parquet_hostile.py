@@ -5,7 +5,9 @@ names (``test_special_file_...``), the source a conversion records (``test_compa
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -15,6 +17,8 @@ pq = pytest.importorskip("pyarrow.parquet")
 
 from differank.datamodules import parquet  # noqa: E402
 from differank.datamodules.parquet import read_parquet, write_parquet  # noqa: E402
+from differank.datamodules.reader import write_letor  # noqa: E402
+from differank.datamodules.to_parquet import convert  # noqa: E402
 from tests.datamodules.forged_parquet import (  # noqa: E402
     FILE_ROWS,
     forge_footer,
@@ -122,3 +126,33 @@ def test_special_file_repeated_column_names_are_a_named_error(tmp_path):
     pq.write_table(pa.Table.from_arrays(values, names=["label", "qid", "f", "f"]), path)
     with pytest.raises(ValueError, match=r"twice\.parquet: column name\(s\) \['f'\] appear more"):
         read_parquet(path)
+
+
+# ---- companion identity -----------------------------------------------------------------------
+
+
+def text_fold(root, seed):
+    rng = np.random.default_rng(seed)
+    for stem in ("train", "vali", "test"):
+        write_letor(root / "Fold1" / f"{stem}.txt", rng.normal(size=(4, 3)), [1, 0, 2, 0], [1] * 4)
+    return root
+
+
+def test_companion_identity_a_conversion_records_each_files_source_digest(tmp_path):
+    convert(text_fold(tmp_path / "text", 0), tmp_path / "pq")
+    conversions = set()
+    for stem in ("train", "vali", "test"):
+        footer = pq.read_metadata(tmp_path / "pq" / "Fold1" / f"{stem}.parquet").metadata
+        source = (tmp_path / "text" / "Fold1" / f"{stem}.txt").read_bytes()
+        assert footer[parquet.SOURCE_SHA256.encode()].decode() == hashlib.sha256(source).hexdigest()
+        conversions.add(footer[parquet.CONVERSION_SHA256.encode()])
+    assert len(conversions) == 1
+
+
+def test_companion_identity_a_fold_mixing_two_conversions_is_refused(tmp_path):
+    convert(text_fold(tmp_path / "a", 0), tmp_path / "pq")
+    convert(text_fold(tmp_path / "b", 1), tmp_path / "other")
+    assert len(parquet.fold_files(tmp_path / "pq", 1)["val"]) == 1  # one conversion: read
+    shutil.copy(tmp_path / "other" / "Fold1" / "vali.parquet", tmp_path / "pq" / "Fold1")
+    with pytest.raises(ValueError, match=r"vali\.parquet and .*train\.parquet come from two conv"):
+        parquet.fold_files(tmp_path / "pq", 1)

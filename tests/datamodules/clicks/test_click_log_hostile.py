@@ -14,7 +14,10 @@ import numpy as np
 import pytest
 
 from differank.datamodules.clicks import click_log
+from differank.datamodules.clicks import datamodule as click_datamodule
 from differank.datamodules.clicks.click_log import ClickLogError, read_click_log
+from differank.datamodules.letor import LetorDataModule
+from differank.datamodules.reader import write_letor
 
 
 def npy(array: np.ndarray, shape: tuple | None = None) -> bytes:
@@ -173,3 +176,41 @@ def test_narrowed_value_a_float64_feature_beyond_float32_is_named(tmp_path):
     path = log_file(tmp_path / "log.npz", features=features)
     with pytest.raises(ClickLogError, match=r"row 1 \(session 0\): a feature is .*beyond float32"):
         read_click_log(path)
+
+
+# ---- companion identity -----------------------------------------------------------------------
+
+
+def letor_fold(root, first_qid):
+    """A one-fold LETOR folder of 4 training rows (two queries from ``first_qid``)."""
+    rng = np.random.default_rng(first_qid)
+    for stem in ("train", "vali", "test"):
+        qids = [first_qid, first_qid, first_qid + 1, first_qid + 1]
+        features = rng.normal(size=(4, 3))
+        write_letor(root / "Fold1" / f"{stem}.txt", features, [1, 0, 2, 0], qids)
+    return root
+
+
+def test_companion_identity_a_log_is_refused_on_another_fold_of_the_same_row_count(tmp_path):
+    training_identity = click_datamodule.training_identity
+    ours, other = (
+        LetorDataModule(letor_fold(tmp_path / name, qid), cache_dir=tmp_path / "cache")
+        for name, qid in (("ours", 10), ("other", 20))
+    )
+    assert ours.num_rows("train") == other.num_rows("train") == 4
+    identity = training_identity(ours)
+    rows = columns(doc_row=np.array([0, 1, 3]))
+    log = click_log.ClickLog(**{k: v for k, v in rows.items() if k != "format"}, **identity)
+    path = log.write(tmp_path / "clicks.npz")
+    read = read_click_log(path)
+    assert read.train_qids_sha256 == identity["train_qids_sha256"]
+    assert read.train_files_sha256 == identity["train_files_sha256"]
+    click_datamodule.ClickDataModule.logged(ours, read)  # the data it was written for
+    theirs = training_identity(other)["train_qids_sha256"]
+    with pytest.raises(
+        ClickLogError,
+        match=rf"clicks\.npz: written for other data: .* query ids it records have "
+        rf"train_qids_sha256 {identity['train_qids_sha256']}, this run's training split has "
+        rf"{theirs}\. Train on the data and fold it was written for",
+    ):
+        click_datamodule.ClickDataModule.logged(other, read_click_log(path))

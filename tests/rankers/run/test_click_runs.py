@@ -38,6 +38,7 @@ def test_a_simulated_log_trains_the_model_the_online_simulation_trains(tmp_path)
     train(cfg, tmp_path / "simulate")
     written = read_click_log(log)
     assert written.propensity is not None and written.click.any()
+    assert written.train_qids_sha256 and written.train_files_sha256  # the data it belongs to
     offline = run_training([*RUN, *seed, "clicks=log", f"clicks.log={log}"], tmp_path / "offline")
     assert online == offline
     for key, value in weights(tmp_path / "online").items():
