@@ -37,7 +37,7 @@ Public API::
 
     ClickLog(session, qid, position, click, doc_row=None, features=None, propensity=None,
              train_qids_sha256=None, train_files_sha256=None)
-      .write(path) -> Path        # atomic (datamodules/atomic_files.py)
+      .write(path, *, overwrite=True) -> Path   # atomic (datamodules/atomic_files.py)
       .offsets                    # int64 [S + 1]: session s is rows offsets[s]:offsets[s+1]
     read_click_log(path) -> ClickLog
 """
@@ -60,7 +60,7 @@ from differank.datamodules.regular_files import require_regular_file
 FORMAT = "differank-click-log-1"
 _INT64_MIN, _INT64_MAX = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
 _COLUMNS = ("session", "qid", "position", "click", "doc_row", "features", "propensity")
-# The data a log was written for (scalars; docs/clicks.md#the-data-a-log-belongs-to)
+# The data a log was written for (scalars; docs/clicks.md#the-click-log-format)
 IDENTITY = ("train_qids_sha256", "train_files_sha256")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 # What reading holds per row besides the columns as stored: the int64 copies of the integer
@@ -143,8 +143,9 @@ class ClickLog:
         starts = np.flatnonzero(np.r_[True, self.session[1:] != self.session[:-1]])
         return np.r_[starts, len(self.session)].astype(np.int64)
 
-    def write(self, path: str | Path) -> Path:
-        """The log as ``path`` (an uncompressed ``.npz``), whole or absent."""
+    def write(self, path: str | Path, *, overwrite: bool = True) -> Path:
+        """The log as ``path`` (an uncompressed ``.npz``), whole or absent; ``overwrite=False``:
+        an existing ``path`` is a ``FileExistsError`` (checked as the file is put in place)."""
         columns: dict[str, np.ndarray] = {"format": np.array(FORMAT)}
         for name in (*_COLUMNS, *IDENTITY):
             value = getattr(self, name)
@@ -152,7 +153,7 @@ class ClickLog:
                 columns[name] = np.asarray(value)
         buffer = io.BytesIO()
         np.savez(buffer, **columns)  # type: ignore[arg-type]
-        return write_file(path, buffer.getvalue())
+        return write_file(path, buffer.getvalue(), overwrite=overwrite)
 
     def _integers(
         self,

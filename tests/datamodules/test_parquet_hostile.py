@@ -8,6 +8,9 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -156,3 +159,56 @@ def test_companion_identity_a_fold_mixing_two_conversions_is_refused(tmp_path):
     shutil.copy(tmp_path / "other" / "Fold1" / "vali.parquet", tmp_path / "pq" / "Fold1")
     with pytest.raises(ValueError, match=r"vali\.parquet and .*train\.parquet come from two conv"):
         parquet.fold_files(tmp_path / "pq", 1)
+
+
+# ---- whole or absent --------------------------------------------------------------------------
+
+# Run in a child process: convert SRC DST, killed (SIGKILL) at a point of the conversion
+KILLED_CONVERSION = """
+import os, shutil, signal, sys
+from differank.datamodules import to_parquet
+source, target, point = sys.argv[1:]
+def die(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+if point == "after the first split":
+    write = to_parquet.write_parquet
+    def write_then_die(*args, **kwargs):
+        write(*args, **kwargs)
+        die()
+    to_parquet.write_parquet = write_then_die
+else:  # after the swap, before the old fold is removed
+    shutil.rmtree = die
+to_parquet.convert(source, target)
+"""
+
+
+def fold_bytes(root):
+    return {p.name: p.read_bytes() for p in sorted((root / "Fold1").iterdir())}
+
+
+@pytest.mark.parametrize("point", ["after the first split", "after the swap"])
+def test_whole_or_absent_a_conversion_killed_leaves_the_old_fold_or_the_new(tmp_path, point):
+    convert(text_fold(tmp_path / "old", 0), tmp_path / "pq")
+    old = fold_bytes(tmp_path / "pq")
+    convert(text_fold(tmp_path / "new", 1), tmp_path / "reference")
+    new = fold_bytes(tmp_path / "reference")
+    arguments = [str(tmp_path / "new"), str(tmp_path / "pq"), point]
+    child = subprocess.run(
+        [sys.executable, "-c", KILLED_CONVERSION, *arguments], capture_output=True, text=True
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    assert fold_bytes(tmp_path / "pq") == (old if point == "after the first split" else new)
+    assert len(parquet.fold_files(tmp_path / "pq", 1)["train"]) == 1  # one conversion
+
+
+def test_whole_or_absent_a_conversion_replaces_only_its_own_earlier_output(tmp_path):
+    convert(text_fold(tmp_path / "text", 0), tmp_path / "pq")
+    (tmp_path / "pq" / "notes.txt").write_text("the user's notes")
+    with pytest.raises(ValueError, match=r"pq holds notes\.txt, which this conversion does not"):
+        convert(text_fold(tmp_path / "text", 1), tmp_path / "pq")
+    assert (tmp_path / "pq" / "notes.txt").read_text() == "the user's notes"
+    (tmp_path / "pq" / "notes.txt").unlink()
+    before = fold_bytes(tmp_path / "pq")
+    convert(tmp_path / "text", tmp_path / "pq")  # its own output: replaced whole
+    assert fold_bytes(tmp_path / "pq") != before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pq", "text"]  # nothing left beside
