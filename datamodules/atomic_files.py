@@ -7,17 +7,22 @@ files the set had already replaced: a run's predictions and metrics, or an expor
 change together or not at all. Until every rename is done each replaced file is kept as a hard
 link beside it (``.NAME.*.old``, a copy where the file system has no hard links), so only a
 kill or a power loss between two renames can leave the set mixed, and then the old files are
-still there under those names. It lives in ``datamodules/``, the room that the metrics (the
-evaluator's ``--json``) and the run layer may both import.
+still there under those names. A folder of outputs is written whole under a temporary name and
+swapped in at once (:func:`replace_folder`), which a kill cannot leave mixed. It lives in
+``datamodules/``, the room that the metrics (the evaluator's ``--json``) and the run layer may
+both import.
 
 Public API::
 
-    write_files({path: text or bytes, ...})   # all of them, or (on an error) none
-    write_file(path, text or bytes) -> Path
+    write_files({path: text or bytes, ...}, *, overwrite=True)   # all of them, or none
+    write_file(path, text or bytes, *, overwrite=True) -> Path
+    replace_folder(new, dst) -> Path     # the written folder new becomes dst in one step
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import logging
 import os
 import shutil
@@ -26,11 +31,16 @@ from collections.abc import Mapping
 from pathlib import Path
 
 log = logging.getLogger(__name__)
+_AT_FDCWD = -100  # renameat2's "relative to the working directory"
+_RENAME_EXCHANGE = 2  # renameat2's flag: swap the two names atomically
 
 
-def write_files(contents: Mapping[Path, str | bytes]) -> None:
+def write_files(contents: Mapping[Path, str | bytes], *, overwrite: bool = True) -> None:
     """Write every ``path: data`` of ``contents`` (text as UTF-8), creating missing folders. On
-    an error (or an interrupt) no file is left replaced, and no temporary file is left."""
+    an error (or an interrupt) no file is left replaced, and no temporary file is left.
+    ``overwrite=False``: a path that exists when its file is put in place (checked at that
+    moment, by a hard link that cannot replace) is a ``FileExistsError``, and the files of the
+    set put in place before it are removed again."""
     written: list[tuple[Path, Path]] = []  # (temporary, final)
     old: dict[Path, Path | None] = {}  # final -> its previous file kept aside (None: none)
     replaced: list[Path] = []  # finals that hold the new file
@@ -47,8 +57,17 @@ def write_files(contents: Mapping[Path, str | bytes]) -> None:
                 file.flush()
                 os.fsync(file.fileno())
         for temporary, path in written:
-            old[path] = _keep_old(path)
-            os.replace(temporary, path)
+            if overwrite:
+                old[path] = _keep_old(path)
+                os.replace(temporary, path)
+            else:
+                try:
+                    os.link(temporary, path)  # never replaces: fails when path exists
+                except FileExistsError:
+                    raise FileExistsError(
+                        errno.EEXIST, f"{path} exists and is not replaced (overwrite=False)"
+                    ) from None
+                old[path] = None
             replaced.append(path)
     except BaseException:
         _put_back(replaced, old)
@@ -95,7 +114,69 @@ def _put_back(replaced: list[Path], old: dict[Path, Path | None]) -> None:
             log.error("could not put back %s after a failed write (%s); %s", path, error, where)
 
 
-def write_file(path: str | Path, data: str | bytes) -> Path:
+def write_file(path: str | Path, data: str | bytes, *, overwrite: bool = True) -> Path:
     """:func:`write_files` of one file; returns its path."""
-    write_files({Path(path): data})
+    write_files({Path(path): data}, overwrite=overwrite)
     return Path(path)
+
+
+def replace_folder(new: str | Path, dst: str | Path) -> Path:
+    """Put the folder ``new`` (every file in it written, on ``dst``'s file system: a sibling
+    of ``dst``) at ``dst`` in one step; returns ``dst``. A reader, a crash or a kill sees the
+    old folder at ``dst`` or the new one, never a mix of their files.
+
+    Without ``dst`` this is a rename. An existing folder ``dst`` is exchanged with ``new`` in
+    one atomic step (Linux's ``renameat2(RENAME_EXCHANGE)``) and then removed, as
+    ``os.replace`` removes the file it replaces: the caller decides that ``dst`` may be
+    replaced whole. Where the exchange is not available (another system, or a file system
+    without it), the old folder is first renamed to a hidden sibling ``.<name>.<hex>.old``,
+    then ``new`` renamed to ``dst``: a kill between the two renames leaves the old folder whole
+    under that name and no ``dst``, still never a mix. A ``dst`` that is not a folder (a file,
+    a symbolic link) is refused, never replaced.
+    """
+    new, dst = Path(new), Path(dst)
+    if not new.is_dir() or new.is_symlink():
+        raise ValueError(f"{new} is not a folder: only a written folder replaces {dst}")
+    for folder, _, _ in os.walk(new):  # its files' names on disk before it is swapped in
+        _fsync_folder(Path(folder))
+    if not os.path.lexists(dst):
+        os.rename(new, dst)
+        _fsync_folder(dst.parent)
+        return dst
+    if dst.is_symlink() or not dst.is_dir():
+        raise ValueError(f"{dst} is not a folder (a file or a link): it is not replaced by {new}")
+    if _exchange(new, dst):
+        old = new  # the names are swapped: the old folder is now at new's name
+    else:
+        old = dst.with_name(f".{dst.name}.{uuid.uuid4().hex[:8]}.old")
+        os.rename(dst, old)
+        os.rename(new, dst)
+    _fsync_folder(dst.parent)
+    shutil.rmtree(old)
+    return dst
+
+
+def _exchange(first: Path, second: Path) -> bool:
+    """Swap the names ``first`` and ``second`` atomically; False where this system or file
+    system cannot (then nothing was changed)."""
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if renameat2 is None:  # not glibc >= 2.28: no exchange
+        return False
+    done = renameat2(
+        _AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE
+    )
+    if done == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):  # the file system has no exchange
+        return False
+    raise OSError(code, f"cannot exchange {first} and {second}: {os.strerror(code)}")
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Flush a folder's entries (a rename in it) to disk."""
+    handle = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
