@@ -36,7 +36,12 @@ import numpy as np
 import torch
 from scipy import sparse
 
-from differank.datamodules.reader import FLOAT32_MAX, NAN_POLICIES, group_queries
+from differank.datamodules.reader import (
+    FLOAT32_MAX,
+    NAN_POLICIES,
+    available_memory_bytes,
+    group_queries,
+)
 
 MAX_LABEL = 31  # the reader's largest grade (2^31 - 1 is the largest finite gain it keeps)
 
@@ -111,10 +116,27 @@ def _check_numeric_columns(frame, where: str) -> None:
             )
 
 
+def check_dense_budget(shape: tuple[int, ...], where: str) -> None:
+    """Refuse, before anything is allocated, rows whose dense float32 features (the data
+    module's copy, and the normalised one it trains on: twice ``rows x features x 4`` bytes)
+    exceed the memory this machine can give."""
+    rows, columns = (int(n) for n in shape)
+    need = 2 * rows * columns * np.dtype(np.float32).itemsize
+    available = available_memory_bytes()
+    if available is not None and need > available:
+        raise ValueError(
+            f"{where}: {rows} rows x {columns} features need {need / 2**30:.2f} GiB as dense "
+            f"float32 features (the data module holds them dense), but {available / 2**30:.2f} "
+            "GiB is available: select the features used, or train on fewer rows"
+        )
+
+
 def _float32_matrix(X, where: str) -> np.ndarray:
     if isinstance(X, torch.Tensor):
         X = X.detach().cpu().numpy()
     elif sparse.issparse(X):
+        if len(X.shape) == 2:
+            check_dense_budget(X.shape, where)  # before densifying
         X = X.toarray()  # the data module holds dense float32 features
     elif is_dataframe(X):
         X = X.to_numpy(dtype=np.float64)
@@ -143,6 +165,7 @@ def _float32_matrix(X, where: str) -> np.ndarray:
             f"{where}: Found array with 0 feature(s) (shape={array.shape}) while a minimum of 1 "
             "is required."
         )
+    check_dense_budget(array.shape, where)
     with np.errstate(over="ignore"):  # beyond float32's range -> inf, refused below
         return np.ascontiguousarray(array, dtype=np.float32)
 
