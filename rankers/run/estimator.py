@@ -234,12 +234,18 @@ class Ranker(BaseEstimator):
         """The ``python train.py`` overrides of this estimator's parameters, without the data's
         place: ``python train.py <these> data=letor data.root=FOLDER`` trains the same model on
         the same rows written as a LETOR fold (``Fold1/{train,vali,test}``)."""
-        return [f"{key}={hydra_value(value)}" for key, value in self._settings()] + [
-            "logger=csv",
-            "~callbacks.early_stopping"
-            if self.early_stopping is None
-            else f"callbacks.early_stopping.patience={self._patience()}",
-        ]
+        settings = self._settings()
+        groups = [f"{key}={value}" for key, value in settings[:2]]  # checked config names
+        return (
+            groups
+            + [f"{key}={hydra_value(value)}" for key, value in settings[2:]]
+            + [
+                "logger=csv",
+                "~callbacks.early_stopping"
+                if self.early_stopping is None
+                else f"callbacks.early_stopping.patience={self._patience()}",
+            ]
+        )
 
     def _settings(self) -> list[tuple[str, Any]]:
         """``(dotted config key, value)`` of every parameter, checked; group choices first."""
@@ -785,8 +791,8 @@ def check_same_features(rows: RankingRows, n_features: int, names, where: str) -
     count = rows.features.shape[1]
     if count != n_features:
         raise ValueError(
-            f"{where} has {count} features, but the Ranker was fitted with {n_features} "
-            f"(X has {count} features, but Ranker is expecting {n_features} features as input)"
+            f"{where} has {count} features, but Ranker is expecting {n_features} features as "
+            "input (the count it was fitted with)"
         )
     if names is not None and rows.feature_names is not None:
         if list(rows.feature_names) != [str(n) for n in names]:

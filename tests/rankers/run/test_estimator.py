@@ -102,7 +102,10 @@ def test_an_unfitted_ranker_says_so():
 
 def test_predict_refuses_another_feature_count_naming_both(fitted):
     ranker, _ = fitted
-    with pytest.raises(ValueError, match="X has 4 features, but the Ranker was fitted with 5"):
+    with pytest.raises(
+        ValueError,
+        match="X has 4 features, but Ranker is expecting 5 features as input (the count it was fitted with)",
+    ):
         ranker.predict(np.zeros((3, 4)))
 
 
