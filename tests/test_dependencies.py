@@ -23,6 +23,7 @@ SCORERS = "differank.rankers.scorers"
 SOLVERS = "differank.rankers.solvers"
 METRICS = "differank.rankers.metrics"
 TRAINING = "differank.rankers.training"
+CHECKPOINTS = "differank.rankers.checkpoints"
 RUN = "differank.rankers.run"
 DATA = "differank.datamodules"
 LIGHTNING = {"pytorch_lightning", "lightning", "lightning_fabric"}
@@ -42,9 +43,15 @@ RULES = {
     "rankers/metrics": ({"torch", "torchmetrics", "numpy"}, {LOSSES, METRICS, DATA}),
     "rankers/training": (
         {"torch", "torchmetrics", "rich"} | LIGHTNING,  # rich: the console (callbacks.py)
-        {LOSSES, SCORERS, SOLVERS, METRICS, TRAINING},
+        {LOSSES, SCORERS, SOLVERS, METRICS, TRAINING, CHECKPOINTS},
     ),
-    "rankers/run": (None, {LOSSES, SCORERS, SOLVERS, METRICS, TRAINING, RUN, DATA}),
+    # checkpoint trust: no Lightning (a checkpoint is scored without a Trainer); Hydra's
+    # override parser and OmegaConf merge a restored run with the command line (restore.py)
+    "rankers/checkpoints": (
+        {"torch", "numpy", "hydra", "omegaconf"},
+        {LOSSES, SCORERS, DATA, CHECKPOINTS},
+    ),
+    "rankers/run": (None, {LOSSES, SCORERS, SOLVERS, METRICS, TRAINING, CHECKPOINTS, RUN, DATA}),
     # pyarrow: data.format=parquet (datamodules/parquet.py), imported when Parquet is read
     "datamodules": ({"torch", "numpy", "scipy", "rich", "pyarrow"} | LIGHTNING, {DATA}),
     # click simulation and click logs are data (docs/clicks.md): the data room's rule
@@ -107,7 +114,7 @@ def test_only_the_training_and_run_layers_import_lightning_or_hydra():
         room = room_of(path)
         roots = {name.split(".")[0] for name in imports(path)}
         if roots & HYDRA:
-            assert room == "rankers/run", f"{path} imports Hydra"
+            assert room in ("rankers/run", "rankers/checkpoints"), f"{path} imports Hydra"
         if roots & LIGHTNING:
             lightning_rooms = {"rankers/training", "rankers/run", "datamodules"}
             assert room in lightning_rooms | {"datamodules/clicks"}, path

@@ -17,7 +17,7 @@ import pytorch_lightning as pl
 import torch
 
 from differank.datamodules.reader import write_letor
-from differank.rankers.run.restore import restore_run
+from differank.rankers.checkpoints import restore_run
 from tests.conftest import MQ2008, ROOT, TINY_DATA, requires_mq2008
 from train import compose_run, train
 

@@ -23,7 +23,7 @@ they are, and warns when the members' scales (mean per-query standard deviation)
 than ``SCALE_WARNING`` times: the mean is then mostly the largest-scale member.
 
 Example:
-    >>> from differank.rankers.run.export import Scorer
+    >>> from differank.rankers.checkpoints import Scorer
     >>> from differank.rankers.scorers.linear import LinearRanker
     >>> members = [Scorer(LinearRanker(2)), Scorer(LinearRanker(2))]
     >>> with torch.no_grad():
@@ -50,9 +50,14 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from differank.datamodules.atomic_files import write_files
-from differank.rankers.run.export import Scorer
+from differank.rankers.checkpoints import (
+    Scorer,
+    build,
+    load_checkpoint,
+    load_ranker,
+    restored_config,
+)
 from differank.rankers.run.export_formats import EXPORT_FORMATS, ExportOptions, export_files
-from differank.rankers.run.restore import load_ranker, restored_config
 from differank.rankers.run.scoring import (
     prediction_files,
     read_letor_files,
@@ -60,7 +65,6 @@ from differank.rankers.run.scoring import (
     score_split,
 )
 from differank.rankers.scorers.base import Ranker
-from differank.rankers.training.checkpoints import build, load_checkpoint
 
 SCALE_WARNING = 10.0  # raw scores of members this many times apart in scale: warn
 
@@ -70,7 +74,7 @@ class EnsembleRanker(Ranker):
 
     Args:
         members: scorers ``[B, L, F] -> [B, L]``, e.g.
-        :class:`~differank.rankers.run.export.Scorer`; one with
+        :class:`~differank.rankers.checkpoints.Scorer`; one with
             ``uses_mask`` is given the mask.
         weights: one per member, finite and non-negative, normalised to sum to 1 (None:
             equal).

@@ -50,12 +50,11 @@ from differank.datamodules.arrays import read_letor
 from differank.datamodules.atomic_files import write_file
 from differank.datamodules.letor import LetorSplit
 from differank.datamodules.reader import write_letor
+from differank.rankers.checkpoints import load_checkpoint, scorer_from_checkpoint
 from differank.rankers.metrics.evaluate import evaluate_arrays
 from differank.rankers.run.ranker_inputs import RankingRows, ranking_rows
-from differank.rankers.run.restore import scorer_from_checkpoint
 from differank.rankers.run.scoring import score_split
 from differank.rankers.scorers.linear import LinearRanker
-from differank.rankers.training.checkpoints import load_checkpoint
 
 PROJECT = Path(__file__).resolve().parents[2]  # rankers/run/ -> the project (train.py, conf/)
 MONITOR = "val/ndcg@10"  # what picks the epoch: the metric score() reports

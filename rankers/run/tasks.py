@@ -5,6 +5,7 @@ override answer without loading Lightning.
 Public API::
 
     run_task(cfg, run_dir) -> float   # the best monitored validation value (fit), else NaN
+    build_run(cfg, checkpoint=None) -> (datamodule, model)   # None: cfg is the user's own
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import logging
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytorch_lightning as pl
 import torch
@@ -21,24 +23,27 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from differank.datamodules.atomic_files import write_files
-from differank.rankers.run.click_runs import simulate
-from differank.rankers.run.curves import plot_run_curves
-from differank.rankers.run.export import serving_record, serving_scorer
-from differank.rankers.run.export_formats import ExportOptions, check_formats, export_files
-from differank.rankers.run.restore import (
-    build_run,
+from differank.losses.unbiased import Naive
+from differank.rankers.checkpoints import (
+    build_restored,
+    check_data_root,
     data_fingerprint,
+    load_checkpoint,
     resolved,
     restore_run,
     scorer_from_checkpoint,
+    serving_record,
+    serving_scorer,
 )
+from differank.rankers.run.click_runs import click_datamodule, simulate
+from differank.rankers.run.curves import plot_run_curves
+from differank.rankers.run.export_formats import ExportOptions, check_formats, export_files
 from differank.rankers.run.scoring import (
     metrics_table,
     read_letor_files,
     score_split,
     write_predictions,
 )
-from differank.rankers.training.checkpoints import load_checkpoint
 
 TASKS = ("fit", "test", "predict", "export", "simulate")
 _NEED_CHECKPOINT = ("test", "predict", "export")
@@ -140,6 +145,44 @@ def write_curves(trainer: pl.Trainer, run_dir: Path, monitor: str, mode: str) ->
         plot_run_curves(run_dir, run_dir / "curves.png", monitor=monitor, mode=mode)
     except FileNotFoundError as error:
         log.warning("no curves.png: %s", error)
+
+
+def build_run(cfg: DictConfig, checkpoint: dict | None = None):
+    """``(datamodule, model)`` of ``cfg``: Hydra instantiates a config the user composed
+    (``checkpoint`` None); one restored from ``checkpoint`` is built only by the checkpoint
+    room's guarded builder (:func:`differank.rankers.checkpoints.build_restored`)."""
+    if checkpoint is not None:
+        return build_restored(cfg, checkpoint)
+    check_data_root(cfg.data)
+    metrics = {"metric_convention": cfg.metrics.convention, **click_estimator(cfg)}
+    datamodule = click_datamodule(cfg, instantiate(cfg.data))  # clicks=none: the data itself
+    loss = instantiate(cfg.loss)
+    model = instantiate(cfg.model, loss=loss, n_features=datamodule.n_features, **metrics)
+    return datamodule, model
+
+
+def click_estimator(cfg: DictConfig) -> dict[str, Any]:
+    """``{"estimator": the instantiated cfg.ultr}`` when the run trains from clicks, else
+    ``{}``. A click run without ``ultr`` trains with the naive estimator (clicks as labels,
+    said in the log); an estimator without clicks is refused with the fix."""
+    ultr, clicks = cfg.get("ultr"), cfg.get("clicks")
+    clicking = clicks is not None and clicks.get("mode") is not None
+    if ultr is None:
+        if clicking:
+            log.info("clicks without ultr=...: the naive estimator (clicks as labels) trains")
+            return {"estimator": Naive()}
+        return {}
+    if not clicking:
+        raise ValueError(
+            f"ultr ({ultr.get('_target_')}) debiases training on clicks, but clicks=none "
+            "trains on the true labels: add a click model (clicks=pbm, ...) or drop ultr"
+        )
+    if "solver" in cfg.model:
+        raise ValueError(
+            "ultr=... trains by gradient steps: it needs a gradient-trained model "
+            "(model=linear, mlp, transformer), not a full-batch solver"
+        )
+    return {"estimator": instantiate(ultr)}
 
 
 def distill_teacher(cfg: DictConfig):

@@ -19,9 +19,9 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
+from differank.rankers.checkpoints import load_checkpoint, rebuild_module
 from differank.rankers.metrics.letor import LetorMetric
 from differank.rankers.scorers.base import FullBatchSolver, Ranker
-from differank.rankers.training.checkpoints import load_checkpoint, rebuild_module
 
 log = logging.getLogger(__name__)
 

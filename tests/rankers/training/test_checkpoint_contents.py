@@ -17,13 +17,15 @@ from omegaconf import open_dict
 import differank
 from differank.datamodules import synthetic
 from differank.datamodules.download import data_home
-from differank.rankers.run.restore import resolved, restore_run, restored_config
-from differank.rankers.training.checkpoints import (
+from differank.rankers.checkpoints import (
     ALLOWED_TARGETS,
     MACHINE_ARGUMENTS,
     CheckpointReadError,
     UnsafeCheckpointError,
     load_checkpoint,
+    resolved,
+    restore_run,
+    restored_config,
     run_record,
 )
 from differank.rankers.training.module import RankingModule
