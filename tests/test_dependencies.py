@@ -120,6 +120,14 @@ def test_only_the_training_and_run_layers_import_lightning_or_hydra():
             assert room in lightning_rooms | {"datamodules/clicks"}, path
 
 
+def test_the_library_never_reads_hydras_global_state():
+    """The run layer takes the command line and the run mode as arguments (``run_task``'s
+    ``overrides`` and ``multirun``), so a caller that composes its own config, or runs inside
+    another ``@hydra.main`` app, gets the run it asked for."""
+    for path in library_files():
+        assert not any(name.startswith("hydra.core.hydra_config") for name in imports(path)), path
+
+
 def test_import_losses_pulls_in_no_framework():
     code = (
         "import sys, differank.losses\n"

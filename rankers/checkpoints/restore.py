@@ -12,7 +12,7 @@ Public API (also from :mod:`differank.rankers.checkpoints`)::
     rebuild_module(checkpoint, path)             # the trained module, weights loaded, eval mode
     restored_estimator(config)                   # the run's click estimator (or {}), built
     restored_config(checkpoint, path) -> dict    # the run record's data/model/loss, for here
-    restore_run(cfg, checkpoint, path) -> cfg    # data/model/loss of the checkpoint + overrides
+    restore_run(cfg, checkpoint, path, overrides) -> cfg  # the checkpoint's data/model/loss + them
     build_restored(cfg, checkpoint) -> (datamodule, model)   # guarded, data and weights checked
     resolved(cfg) -> dict                        # a composed config as a run record saves it
     data_fingerprint(datamodule), check_same_data(saved, data, allow), check_data_root(data)
@@ -23,11 +23,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path, PurePath
 from typing import Any, cast
 
 import numpy as np
-from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -74,13 +74,16 @@ def resolved(cfg: DictConfig) -> dict[str, Any]:
     return cast("dict[str, Any]", record)  # a DictConfig's container: a dict of str keys
 
 
-def restore_run(cfg: DictConfig, checkpoint: dict, path: str | Path) -> DictConfig:
+def restore_run(
+    cfg: DictConfig, checkpoint: dict, path: str | Path, overrides: Sequence[str]
+) -> DictConfig:
     """``cfg`` with data, model and loss of the run that saved ``checkpoint``, except what the
-    command line sets: a group choice (``data=letor``) replaces the saved node, a key
-    (``data.fold=2``) is set on it. The saved nodes are checked (allowlisted targets, no
-    interpolation) before they join ``cfg``; their machine arguments (places, workers, batch
-    sizes: ``MACHINE_ARGUMENTS``) are never the checkpoint's but ``cfg``'s own, which are the
-    defaults or the command line's."""
+    command line's ``overrides`` (Hydra's override grammar, as composed into ``cfg``) set: a
+    group choice (``data=letor``) replaces the saved node, a key (``data.fold=2``) is set on
+    it, a deletion (``~data.num_workers``) removes it. The saved nodes are checked (allowlisted
+    targets, no interpolation) before they join ``cfg``; their machine arguments (places,
+    workers, batch sizes: ``MACHINE_ARGUMENTS``) are never the checkpoint's but ``cfg``'s own,
+    which are the defaults or the command line's."""
     record = checkpoint.get("differank")
     if record is None:
         log.warning(
@@ -90,7 +93,7 @@ def restore_run(cfg: DictConfig, checkpoint: dict, path: str | Path) -> DictConf
         )
         return cfg
     config = restored_config(checkpoint, path)  # checked before it joins cfg
-    chosen = OverridesParser.create().parse_overrides(list(HydraConfig.get().overrides.task))
+    chosen = OverridesParser.create().parse_overrides(list(overrides))
     cfg = cfg.copy()
     with open_dict(cfg):
         for group in RESTORED:
