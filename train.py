@@ -36,6 +36,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import CompactHydraException
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from differank.datamodules.download import data_home
@@ -48,12 +49,23 @@ OmegaConf.register_new_resolver("data_dir", lambda name: str(data_home() / name)
 OmegaConf.register_new_resolver("unique_dir", claim_folder, use_cache=True, replace=True)
 
 
-def train(cfg: DictConfig, run_dir: Path) -> float:
+def train(
+    cfg: DictConfig,
+    run_dir: Path,
+    *,
+    overrides: list[str] | None = None,
+    multirun: bool = False,
+) -> float:
     """Run ``cfg.task`` and write the outputs into ``run_dir``; ``cfg`` is the composed
-    ``conf/train.yaml``. Lightning and torch load here, not at import (a fast ``--help``)."""
+    ``conf/train.yaml``, ``overrides`` the command line it was composed with and ``multirun``
+    whether it is a sweep's job (``overrides`` None: both as :func:`compose_run` keeps them in
+    ``cfg.hydra``). Lightning and torch load here, not at import (a fast ``--help``)."""
     from differank.rankers.run.tasks import run_task
 
-    return run_task(cfg, run_dir)
+    if overrides is None and "hydra" in cfg:
+        overrides = list(cfg.hydra.overrides.task)
+        multirun = cfg.hydra.mode == RunMode.MULTIRUN
+    return run_task(cfg, run_dir, overrides=overrides or [], multirun=multirun)
 
 
 def compose_run(overrides: list[str], run_dir: Path) -> DictConfig:
@@ -78,7 +90,7 @@ def run_training(overrides: list[str], run_dir: Path) -> dict[str, float]:
     cfg = compose_run(overrides, run_dir)
     if cfg.task != "fit":
         raise ValueError(f"run_training trains (task=fit), got task={cfg.task}: use train()")
-    best = train(cfg, run_dir)
+    best = train(cfg, run_dir, overrides=overrides)
     written = run_dir / "test_metrics.json"
     if not written.is_file():
         raise FileNotFoundError(
@@ -114,9 +126,13 @@ class RunError(CompactHydraException):
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float:
     console_logging(cfg.quiet)
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    hydra_config = HydraConfig.get()
+    run_dir = Path(hydra_config.runtime.output_dir)
+    overrides = list(hydra_config.overrides.task)
     try:
-        return train(cfg, run_dir)
+        return train(
+            cfg, run_dir, overrides=overrides, multirun=hydra_config.mode == RunMode.MULTIRUN
+        )
     except BaseException as error:
         remove_if_unused(run_dir)  # the folder this run claimed, if it holds no output
         if isinstance(error, (ValueError, OSError)) and os.environ.get("HYDRA_FULL_ERROR") != "1":

@@ -379,8 +379,8 @@ def run_job(job: Job) -> dict:
 def write_val_scores(run_dir: Path) -> None:
     """``predictions/val.txt``: the best checkpoint's scores of the validation split, one per
     source row (what the ensemble selects on), from the checkpoint alone."""
+    from differank.rankers.checkpoints import load_ranker
     from differank.rankers.run.ensemble import evaluation_data
-    from differank.rankers.run.restore import load_ranker
     from differank.rankers.run.scoring import score_split
 
     checkpoint = run_dir / "checkpoints" / "best.ckpt"

@@ -42,9 +42,9 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from differank.rankers.checkpoints import Scorer, load_ranker
 from differank.rankers.run.ensemble import EnsembleRanker, load_member
-from differank.rankers.run.export import Scorer, export_onnx, export_torchscript
-from differank.rankers.run.restore import load_ranker
+from differank.rankers.run.export import export_onnx, export_torchscript
 
 N_FEATURES = 46  # LETOR 4.0 (MQ2008)
 DEFAULT_MODELS = ("linear", "mlp", "transformer")

@@ -164,7 +164,7 @@ def loss_classes() -> list[type[nn.Module]]:
     """Every loss module class of ``differank.losses``: the public ``nn.Module`` classes defined
     in its modules (``losses/*.py``), exported from ``differank.losses`` or not.
 
-    What a checkpoint may name (``differank.rankers.training.checkpoints.ALLOWED_TARGETS``) and
+    What a checkpoint may name (``differank.rankers.checkpoints.ALLOWED_TARGETS``) and
     what tests/loss_registry.py must cover derive from it, so a new loss file needs no list of
     its own (docs/architecture.md#how-to-add-a-loss).
     """

@@ -17,7 +17,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from differank.rankers.run.restore import resolved
+from differank.rankers.checkpoints import resolved
 from tests.conftest import MQ2008, ROOT
 
 CONF = ROOT / "conf"

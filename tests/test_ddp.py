@@ -129,3 +129,14 @@ def test_local_ddp_inside_a_sweep_is_refused_before_it_starts(tmp_path):
     overrides = [*TINY, "trainer=ddp", "trainer.devices=2", "trainer.accelerator=cpu"]
     with pytest.raises(ValueError, match="hydra/launcher=slurm_gpu"):
         train(compose_run([*overrides, "hydra.mode=MULTIRUN"], tmp_path), tmp_path)
+
+
+def test_the_sweep_refusal_follows_run_tasks_argument_not_hydras_state(tmp_path):
+    """``run_task`` is told it runs in a sweep (``multirun``) by its caller: Hydra's own mode
+    (here a single run) is never read."""
+    from differank.rankers.run.tasks import run_task
+
+    overrides = [*TINY, "trainer=ddp", "trainer.devices=2", "trainer.accelerator=cpu"]
+    cfg = compose_run(overrides, tmp_path)
+    with pytest.raises(ValueError, match="hydra/launcher=slurm_gpu"):
+        run_task(cfg, tmp_path, overrides=overrides, multirun=True)

@@ -23,6 +23,7 @@ SCORERS = "differank.rankers.scorers"
 SOLVERS = "differank.rankers.solvers"
 METRICS = "differank.rankers.metrics"
 TRAINING = "differank.rankers.training"
+CHECKPOINTS = "differank.rankers.checkpoints"
 RUN = "differank.rankers.run"
 DATA = "differank.datamodules"
 LIGHTNING = {"pytorch_lightning", "lightning", "lightning_fabric"}
@@ -45,9 +46,15 @@ RULES = {
         # (fitting.py)
         {"torch", "torchmetrics", "rich", "numpy"} | LIGHTNING,
         # the data room's memory budget (list_memory.py: one rule for what fits in memory)
-        {LOSSES, SCORERS, SOLVERS, METRICS, TRAINING, "differank.datamodules.reader"},
+        {LOSSES, SCORERS, SOLVERS, METRICS, TRAINING, CHECKPOINTS, "differank.datamodules.reader"},
     ),
-    "rankers/run": (None, {LOSSES, SCORERS, SOLVERS, METRICS, TRAINING, RUN, DATA}),
+    # checkpoint trust: no Lightning (a checkpoint is scored without a Trainer); Hydra's
+    # override parser and OmegaConf merge a restored run with the command line (restore.py)
+    "rankers/checkpoints": (
+        {"torch", "numpy", "hydra", "omegaconf"},
+        {LOSSES, SCORERS, DATA, CHECKPOINTS},
+    ),
+    "rankers/run": (None, {LOSSES, SCORERS, SOLVERS, METRICS, TRAINING, CHECKPOINTS, RUN, DATA}),
     # pyarrow: data.format=parquet (datamodules/parquet.py), imported when Parquet is read
     "datamodules": ({"torch", "numpy", "scipy", "rich", "pyarrow"} | LIGHTNING, {DATA}),
     # click simulation and click logs are data (docs/clicks.md): the data room's rule
@@ -110,10 +117,18 @@ def test_only_the_training_and_run_layers_import_lightning_or_hydra():
         room = room_of(path)
         roots = {name.split(".")[0] for name in imports(path)}
         if roots & HYDRA:
-            assert room == "rankers/run", f"{path} imports Hydra"
+            assert room in ("rankers/run", "rankers/checkpoints"), f"{path} imports Hydra"
         if roots & LIGHTNING:
             lightning_rooms = {"rankers/training", "rankers/run", "datamodules"}
             assert room in lightning_rooms | {"datamodules/clicks"}, path
+
+
+def test_the_library_never_reads_hydras_global_state():
+    """The run layer takes the command line and the run mode as arguments (``run_task``'s
+    ``overrides`` and ``multirun``), so a caller that composes its own config, or runs inside
+    another ``@hydra.main`` app, gets the run it asked for."""
+    for path in library_files():
+        assert not any(name.startswith("hydra.core.hydra_config") for name in imports(path)), path
 
 
 def test_import_losses_pulls_in_no_framework():

@@ -17,7 +17,7 @@ import pytorch_lightning as pl
 import torch
 
 from differank.datamodules.reader import write_letor
-from differank.rankers.run.restore import restore_run
+from differank.rankers.checkpoints import restore_run
 from tests.conftest import MQ2008, ROOT, TINY_DATA, requires_mq2008
 from train import compose_run, train
 
@@ -242,11 +242,12 @@ def test_command_line_overrides_win_over_the_checkpoint(uninterrupted, tmp_path)
 
 def test_restore_applies_keys_and_deletions_and_tolerates_old_checkpoints(uninterrupted, caplog):
     best = torch.load(uninterrupted[0] / "checkpoints" / "best.ckpt", weights_only=True)
-    cfg = compose_run(["task=test", "ckpt_path=x", "data.fold=1", "~data.num_workers"], ROOT)
-    restored = restore_run(cfg, best, "x")
+    overrides = ["task=test", "ckpt_path=x", "data.fold=1", "~data.num_workers"]
+    cfg = compose_run(overrides, ROOT)
+    restored = restore_run(cfg, best, "x", overrides)
     assert restored.data.n_train_queries == 40 and "num_workers" not in restored.data
     assert restored.model.optimizer.lr == 0.01 and restored.data.fold == 1
-    assert restore_run(cfg, {"state_dict": {}}, "old.ckpt") is cfg
+    assert restore_run(cfg, {"state_dict": {}}, "old.ckpt", overrides) is cfg
     assert "old.ckpt carries no run config" in caplog.text
 
 

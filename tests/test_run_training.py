@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from differank.rankers.training.checkpoints import load_checkpoint
+from differank.rankers.checkpoints import load_checkpoint
 from tests.conftest import TINY_RUN
 from train import run_training
 

@@ -27,7 +27,7 @@ from differank.losses.unbiased.two_tower import TwoTower
 
 ESTIMATORS = (Naive, IPS, DLA, RegressionEM, PairwiseDebiasing, TwoTower, DoublyRobust)
 """Every estimator class: what a checkpoint may name in its ``ultr`` config
-(``differank.rankers.training.checkpoints.ALLOWED_TARGETS``)."""
+(``differank.rankers.checkpoints.ALLOWED_TARGETS``)."""
 
 __all__ = [
     "DLA",

@@ -29,7 +29,7 @@ they are, and warns when the members' scales (mean per-query standard deviation)
 than ``SCALE_WARNING`` times: the mean is then mostly the largest-scale member.
 
 Example:
-    >>> from differank.rankers.run.export import Scorer
+    >>> from differank.rankers.checkpoints import Scorer
     >>> from differank.rankers.scorers.linear import LinearRanker
     >>> members = [Scorer(LinearRanker(2)), Scorer(LinearRanker(2))]
     >>> with torch.no_grad():
@@ -59,9 +59,14 @@ from torch import nn
 from differank.datamodules.atomic_files import write_files
 from differank.datamodules.reader import available_memory_bytes
 from differank.datamodules.regular_files import require_regular_file
-from differank.rankers.run.export import Scorer
+from differank.rankers.checkpoints import (
+    Scorer,
+    build,
+    load_checkpoint,
+    load_ranker,
+    restored_config,
+)
 from differank.rankers.run.export_formats import EXPORT_FORMATS, ExportOptions, export_files
-from differank.rankers.run.restore import load_ranker, restored_config
 from differank.rankers.run.scoring import (
     prediction_files,
     read_letor_files,
@@ -69,7 +74,6 @@ from differank.rankers.run.scoring import (
     score_split,
 )
 from differank.rankers.scorers.base import Ranker
-from differank.rankers.training.checkpoints import build, load_checkpoint
 
 SCALE_WARNING = 10.0  # raw scores of members this many times apart in scale: warn
 # An ensemble.json holds member paths and numbers: a larger file is not one of ours
@@ -81,7 +85,7 @@ class EnsembleRanker(Ranker):
 
     Args:
         members: scorers ``[B, L, F] -> [B, L]``, e.g.
-        :class:`~differank.rankers.run.export.Scorer`; one with
+        :class:`~differank.rankers.checkpoints.Scorer`; one with
             ``uses_mask`` is given the mask.
         weights: one per member, finite and non-negative, normalised to sum to 1 (None:
             equal).

@@ -50,13 +50,17 @@ from differank.datamodules.arrays import read_letor
 from differank.datamodules.atomic_files import write_file
 from differank.datamodules.in_memory import InMemoryDataModule, SplitArrays
 from differank.datamodules.letor import LetorSplit
+from differank.rankers.checkpoints import (
+    data_fingerprint,
+    load_checkpoint,
+    scorer_from_checkpoint,
+    serving_record,
+    serving_scorer,
+)
 from differank.rankers.metrics.evaluate import evaluate_arrays
-from differank.rankers.run.export import serving_record, serving_scorer
 from differank.rankers.run.ranker_inputs import RankingRows, ranking_rows
-from differank.rankers.run.restore import data_fingerprint, scorer_from_checkpoint
 from differank.rankers.run.scoring import score_split
 from differank.rankers.scorers.linear import LinearRanker
-from differank.rankers.training.checkpoints import load_checkpoint
 
 MONITOR = "val/ndcg@10"  # what picks the epoch: the metric score() reports
 PREDICT_CHUNK = 1024  # rows per padded list when per-document scores need no queries

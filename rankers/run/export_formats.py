@@ -25,7 +25,7 @@ Public API::
 Example:
     >>> sorted(EXPORT_FORMATS)
     ['onnx', 'solr', 'torchscript', 'triton']
-    >>> from differank.rankers.run.export import Scorer
+    >>> from differank.rankers.checkpoints import Scorer
     >>> from differank.rankers.scorers.linear import LinearRanker
     >>> files = export_files(Scorer(LinearRanker(2)), Path("out"), ["solr"], ExportOptions())
     >>> sorted(str(path) for path in files)
@@ -38,7 +38,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from differank.rankers.run.export import Scorer, onnx_files, torchscript_bytes
+from differank.rankers.checkpoints import Scorer
+from differank.rankers.run.export import onnx_files, torchscript_bytes
 from differank.rankers.run.solr import solr_files
 from differank.rankers.run.triton import triton_files
 

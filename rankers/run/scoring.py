@@ -11,7 +11,7 @@ Public API::
 
 :func:`read_letor_files` reads any LETOR files as they are (raw features, no fold layout, no
 training split): what ``task=test|predict files=[...]`` scores with the checkpoint's own
-feature transform and statistics (a :class:`~differank.rankers.run.export.Scorer`).
+feature transform and statistics (a :class:`~differank.rankers.checkpoints.Scorer`).
 :func:`write_predictions` writes, under ``out``: ``predictions/test.txt`` (one ``%.17g`` score per
 row, what ``Eval-Score-4.0.pl`` reads), ``predictions/test.sources`` (the files, in order),
 ``predictions/test.run`` (a TREC run) and, when ``evaluate`` (the labels are judgements),

@@ -21,7 +21,7 @@ Public API::
     solr_feature_store(feature_names, store, bias) -> list      # the feature-store JSON
 
 Example:
-    >>> from differank.rankers.run.export import Scorer
+    >>> from differank.rankers.checkpoints import Scorer
     >>> from differank.rankers.scorers.linear import LinearRanker
     >>> mean, std = torch.tensor([1.0, 0.0]), torch.tensor([2.0, 1.0])
     >>> scorer = Scorer(LinearRanker(2), mean=mean, std=std)
@@ -124,7 +124,7 @@ def _folded_layers(scorer) -> list[tuple[torch.Tensor, torch.Tensor, str]]:
 
 def solr_model(scorer, name: str, feature_names: Sequence[str], store: str) -> dict[str, Any]:
     """The model-store JSON (as a dict) of a linear or MLP ``scorer`` (a
-    :class:`~differank.rankers.run.export.Scorer`): a ``LinearModel`` whose weights include
+    :class:`~differank.rankers.checkpoints.Scorer`): a ``LinearModel`` whose weights include
     ``BIAS_FEATURE``'s, or a ``NeuralNetworkModel`` whose last layer has one output."""
     layers = _folded_layers(scorer)
     names = check_feature_names(feature_names, scorer.n_features)

@@ -4,34 +4,40 @@ override answer without loading Lightning.
 
 Public API::
 
-    run_task(cfg, run_dir) -> float   # the best monitored validation value (fit), else NaN
+    run_task(cfg, run_dir, *, overrides=(), multirun=False) -> float
+        # fit: the best monitored validation value, else NaN
+    build_run(cfg, checkpoint=None) -> (datamodule, model)   # None: cfg is the user's own
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from differank.datamodules.atomic_files import write_files
-from differank.rankers.run.click_runs import simulate
-from differank.rankers.run.curves import plot_run_curves
-from differank.rankers.run.export import serving_record, serving_scorer
-from differank.rankers.run.export_formats import ExportOptions, check_formats, export_files
-from differank.rankers.run.restore import (
-    build_run,
+from differank.losses.unbiased import Naive
+from differank.rankers.checkpoints import (
+    build_restored,
+    check_data_root,
     data_fingerprint,
+    load_checkpoint,
     resolved,
     restore_run,
     scorer_from_checkpoint,
+    serving_record,
+    serving_scorer,
 )
+from differank.rankers.run.click_runs import click_datamodule, simulate
+from differank.rankers.run.curves import plot_run_curves
+from differank.rankers.run.export_formats import ExportOptions, check_formats, export_files
 from differank.rankers.run.scoring import (
     metrics_table,
     read_letor_files,
@@ -39,7 +45,6 @@ from differank.rankers.run.scoring import (
     write_predictions,
 )
 from differank.rankers.training.callbacks import NOISY_WARNINGS
-from differank.rankers.training.checkpoints import load_checkpoint
 
 TASKS = ("fit", "test", "predict", "export", "simulate")
 _NEED_CHECKPOINT = ("test", "predict", "export")
@@ -61,9 +66,12 @@ def quiet_third_party() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def run_task(cfg: DictConfig, run_dir: Path) -> float:
-    """Run ``cfg.task`` and write the outputs into ``run_dir``; ``cfg`` is the composed
-    ``conf/train.yaml``."""
+def run_task(
+    cfg: DictConfig, run_dir: Path, *, overrides: Sequence[str] = (), multirun: bool = False
+) -> float:
+    """Run ``cfg.task`` and write the outputs into ``run_dir``. ``cfg`` is ``conf/train.yaml``
+    composed with ``overrides`` (the command line's, in Hydra's grammar: they win over a
+    restored checkpoint's config); ``multirun``: the run is one job of a sweep (``-m``)."""
     files = cfg.get("files")
     if cfg.task not in TASKS or (cfg.task in _NEED_CHECKPOINT and not cfg.ckpt_path):
         raise ValueError(
@@ -74,7 +82,7 @@ def run_task(cfg: DictConfig, run_dir: Path) -> float:
         raise ValueError(f"files=... is scored by task=test or task=predict, not task={cfg.task}")
     quiet_third_party()
     if cfg.task == "fit":
-        return fit(cfg, run_dir)
+        return fit(cfg, run_dir, multirun)
     if cfg.task == "simulate":
         pl.seed_everything(cfg.seed, workers=True, verbose=False)
         simulate(cfg, run_dir)
@@ -84,13 +92,14 @@ def run_task(cfg: DictConfig, run_dir: Path) -> float:
     if cfg.task == "export" and serving is not None:  # the checkpoint alone: no data read
         export(scorer_from_checkpoint(checkpoint, cfg.ckpt_path)[0], run_dir, cfg.get("export"))
     elif files:
-        score_files(cfg, checkpoint, run_dir, [files] if isinstance(files, str) else list(files))
+        paths = [files] if isinstance(files, str) else list(files)
+        score_files(cfg, checkpoint, run_dir, paths, overrides)
     else:
-        evaluate_restored(cfg, checkpoint, run_dir)
+        evaluate_restored(cfg, checkpoint, run_dir, overrides, multirun)
     return float("nan")
 
 
-def fit(cfg: DictConfig, run_dir: Path) -> float:
+def fit(cfg: DictConfig, run_dir: Path, multirun: bool = False) -> float:
     """Train (resuming from ``ckpt_path``), then test the best epoch and write the outputs."""
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     if cfg.ckpt_path and Path(cfg.ckpt_path).is_file():  # a damaged file is named, not read by
@@ -98,7 +107,7 @@ def fit(cfg: DictConfig, run_dir: Path) -> float:
     datamodule, model = build_run(cfg)
     if cfg.get("teacher") is not None:  # loss=distill: the user's teacher, never a checkpoint's
         model.teacher = distill_teacher(cfg)
-    trainer = make_trainer(cfg)
+    trainer = make_trainer(cfg, multirun)
     model.run_record = {
         "config": resolved(cfg),
         "monitor": cfg.monitor,
@@ -133,6 +142,44 @@ def write_curves(trainer: pl.Trainer, run_dir: Path, monitor: str, mode: str) ->
         log.warning("no curves.png: %s", error)
 
 
+def build_run(cfg: DictConfig, checkpoint: dict | None = None):
+    """``(datamodule, model)`` of ``cfg``: Hydra instantiates a config the user composed
+    (``checkpoint`` None); one restored from ``checkpoint`` is built only by the checkpoint
+    room's guarded builder (:func:`differank.rankers.checkpoints.build_restored`)."""
+    if checkpoint is not None:
+        return build_restored(cfg, checkpoint)
+    check_data_root(cfg.data)
+    metrics = {"metric_convention": cfg.metrics.convention, **click_estimator(cfg)}
+    datamodule = click_datamodule(cfg, instantiate(cfg.data))  # clicks=none: the data itself
+    loss = instantiate(cfg.loss)
+    model = instantiate(cfg.model, loss=loss, n_features=datamodule.n_features, **metrics)
+    return datamodule, model
+
+
+def click_estimator(cfg: DictConfig) -> dict[str, Any]:
+    """``{"estimator": the instantiated cfg.ultr}`` when the run trains from clicks, else
+    ``{}``. A click run without ``ultr`` trains with the naive estimator (clicks as labels,
+    said in the log); an estimator without clicks is refused with the fix."""
+    ultr, clicks = cfg.get("ultr"), cfg.get("clicks")
+    clicking = clicks is not None and clicks.get("mode") is not None
+    if ultr is None:
+        if clicking:
+            log.info("clicks without ultr=...: the naive estimator (clicks as labels) trains")
+            return {"estimator": Naive()}
+        return {}
+    if not clicking:
+        raise ValueError(
+            f"ultr ({ultr.get('_target_')}) debiases training on clicks, but clicks=none "
+            "trains on the true labels: add a click model (clicks=pbm, ...) or drop ultr"
+        )
+    if "solver" in cfg.model:
+        raise ValueError(
+            "ultr=... trains by gradient steps: it needs a gradient-trained model "
+            "(model=linear, mlp, transformer), not a full-batch solver"
+        )
+    return {"estimator": instantiate(ultr)}
+
+
 def distill_teacher(cfg: DictConfig):
     """The teacher's scores of the training and validation splits (cached with the data):
     the teacher built from the user's ``teacher`` config, scoring the run's data read raw (no
@@ -151,11 +198,17 @@ def transform_none(data: DictConfig) -> dict:
     return {"transform": "none"} if "transform" in data else {}
 
 
-def evaluate_restored(cfg: DictConfig, checkpoint: dict, run_dir: Path) -> None:
+def evaluate_restored(
+    cfg: DictConfig,
+    checkpoint: dict,
+    run_dir: Path,
+    overrides: Sequence[str] = (),
+    multirun: bool = False,
+) -> None:
     """test / predict / export on the data the checkpoint was trained with (its fold layout,
-    command-line overrides winning), rebuilt from the checkpoint's config."""
+    command-line ``overrides`` winning), rebuilt from the checkpoint's config."""
     record = checkpoint.get("differank")
-    cfg = restore_run(cfg, checkpoint, cfg.ckpt_path)
+    cfg = restore_run(cfg, checkpoint, cfg.ckpt_path, overrides)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     datamodule, model = build_run(cfg, checkpoint if record is not None else None)
     model.load_state_dict(checkpoint["state_dict"])
@@ -163,7 +216,7 @@ def evaluate_restored(cfg: DictConfig, checkpoint: dict, run_dir: Path) -> None:
         scorer = serving_scorer(model.ranker, serving_record(datamodule))
         export(scorer, run_dir, cfg.get("export"))
         return
-    trainer = make_trainer(cfg)
+    trainer = make_trainer(cfg, multirun)
     if cfg.task == "predict":
         trainer.predict(model, datamodule=datamodule, return_predictions=False)
     else:
@@ -173,11 +226,18 @@ def evaluate_restored(cfg: DictConfig, checkpoint: dict, run_dir: Path) -> None:
     )
 
 
-def score_files(cfg: DictConfig, checkpoint: dict, run_dir: Path, files: list[str]) -> None:
+def score_files(
+    cfg: DictConfig,
+    checkpoint: dict,
+    run_dir: Path,
+    files: list[str],
+    overrides: Sequence[str] = (),
+) -> None:
     """test / predict on LETOR files given on the command line, with the checkpoint's own
     feature transform and statistics (no fold layout, no training data)."""
     scorer, module = scorer_from_checkpoint(checkpoint, cfg.ckpt_path)
-    data = restore_run(cfg, checkpoint, cfg.ckpt_path).data  # the run's reading options
+    restored = restore_run(cfg, checkpoint, cfg.ckpt_path, overrides)
+    data = restored.data  # the run's reading options, the command line's winning
     nan_policy, null_value = data.get("nan_policy", "error"), data.get("null_value")
     split = read_letor_files(files, scorer.n_features, nan_policy, null_value)
     scores = score_split(scorer, split, batch_size=data.get("eval_batch_size", 128))
@@ -193,7 +253,9 @@ def score_files(cfg: DictConfig, checkpoint: dict, run_dir: Path, files: list[st
     report(run_dir, metrics, weights, cfg.metrics.convention)
 
 
-def make_trainer(cfg: DictConfig) -> pl.Trainer:
+def make_trainer(cfg: DictConfig, multirun: bool = False) -> pl.Trainer:
+    """The Lightning trainer of ``cfg`` (its callbacks and loggers); ``multirun``: the run is
+    one job of a sweep, where local DDP cannot start (:func:`check_ddp_launch`)."""
     callbacks = [instantiate(callback) for callback in cfg.callbacks.values()]
     if cfg.quiet:
         callbacks = [c for c in callbacks if not isinstance(c, pl.callbacks.ProgressBar)]
@@ -203,7 +265,7 @@ def make_trainer(cfg: DictConfig) -> pl.Trainer:
         logger=[instantiate(logger) for logger in cfg.logger.values()],
         enable_progress_bar=any(isinstance(c, pl.callbacks.ProgressBar) for c in callbacks),
     )
-    check_ddp_launch(trainer)
+    check_ddp_launch(trainer, multirun)
     warn_removed_options(cfg)
     # trainer.deterministic=true also makes torch fill every new tensor with NaN (so that a
     # read of uninitialised memory is reproducible): a write of every batch's bytes before the
@@ -258,12 +320,12 @@ def describe_checkpoint(checkpoint: dict, monitor: str) -> str:
     return f"epoch {checkpoint.get('epoch', '?')}{shown}"
 
 
-def check_ddp_launch(trainer: pl.Trainer) -> None:
-    """Lightning starts local DDP ranks by re-running the command line, which under ``-m`` is
-    the whole sweep; a SLURM launcher starts the ranks itself."""
+def check_ddp_launch(trainer: pl.Trainer, multirun: bool) -> None:
+    """Lightning starts local DDP ranks by re-running the command line, which under ``-m``
+    (``multirun``) is the whole sweep; a SLURM launcher starts the ranks itself."""
     spawns = trainer.world_size > 1
     spawns = spawns and not trainer.strategy.cluster_environment.creates_processes_externally
-    if spawns and HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+    if spawns and multirun:
         raise ValueError(
             "local multi-process DDP cannot run inside a sweep (-m): sweep with "
             "hydra/launcher=slurm_gpu (SLURM starts one process per GPU)"

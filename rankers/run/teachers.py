@@ -109,7 +109,7 @@ class CheckpointTeacher(Teacher):
     """A ``train.py`` checkpoint, rebuilt by :func:`differank.load_ranker` (allowlisted)."""
 
     def score(self, split) -> np.ndarray:
-        from differank.rankers.run.restore import load_ranker
+        from differank.rankers.checkpoints import load_ranker
 
         return score_every_row(load_ranker(self.path), split)
 
@@ -129,8 +129,8 @@ class EnsembleTeacher(Teacher):
         return [self.path, *self.record().checkpoints]
 
     def score(self, split) -> np.ndarray:
+        from differank.rankers.checkpoints import load_ranker
         from differank.rankers.run.ensemble import EnsembleRanker
-        from differank.rankers.run.restore import load_ranker
 
         record = self.record()
         members = [load_ranker(path) for path in record.checkpoints]

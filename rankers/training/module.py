@@ -22,9 +22,9 @@ from torch import nn
 
 from differank.losses.inputs import finite_label_mask, float_labels
 from differank.losses.module_form import LossModule
+from differank.rankers.checkpoints import load_checkpoint, rebuild_module
 from differank.rankers.metrics.letor import LetorMetric
 from differank.rankers.scorers.base import FullBatchSolver, Ranker
-from differank.rankers.training.checkpoints import load_checkpoint, rebuild_module
 from differank.rankers.training.list_memory import check_batch_memory
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ def load_ranker(path):
     in eval mode scoring raw LETOR features ``ranker(features [B, L, F], mask [B, L])`` as the
     exported scorer does. Only allowlisted differank classes are rebuilt and the file is read
     with ``weights_only=True`` (docs/architecture.md#the-run-layer-and-its-trust-model)."""
-    from differank.rankers.run.restore import load_ranker as load  # torch loads only now
+    from differank.rankers.checkpoints import load_ranker as load  # torch loads only now
 
     return load(path)
 

@@ -9,7 +9,7 @@ from scipy.special import ndtri
 
 from differank.datamodules.synthetic import SyntheticLetorDataModule
 from differank.datamodules.transforms import GAUSSRANK_KNOTS, SignedLog1p, fit, load
-from differank.rankers.run.export import serving_scorer
+from differank.rankers.checkpoints import serving_scorer
 from differank.rankers.scorers.linear import LinearRanker
 
 SIZES = dict(n_train_queries=30, n_val_queries=10, n_test_queries=10)
@@ -111,7 +111,7 @@ def test_zscore_is_fitted_after_the_transform_and_export_applies_both():
 
 
 def test_the_fingerprint_names_the_transform_and_a_mismatch_is_refused():
-    from differank.rankers.run.restore import check_same_data, data_fingerprint
+    from differank.rankers.checkpoints import check_same_data, data_fingerprint
 
     plain = data_fingerprint(SyntheticLetorDataModule(**SIZES))
     logged = data_fingerprint(SyntheticLetorDataModule(**SIZES, transform="log1p"))

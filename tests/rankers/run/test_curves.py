@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
+from differank.rankers.checkpoints import load_checkpoint
 from differank.rankers.run.curves import plot_run_curves, run_curves
-from differank.rankers.training.checkpoints import load_checkpoint
 from tests.conftest import ROOT, TINY_DATA
 from train import run_training
 

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from differank.datamodules.transforms import SignedLog1p, fit
+from differank.rankers.checkpoints import Scorer
 from differank.rankers.run.ensemble import EnsembleRanker
-from differank.rankers.run.export import Scorer, export_onnx, export_torchscript
+from differank.rankers.run.export import export_onnx, export_torchscript
 from differank.rankers.scorers.conerank import ConeRank
 from differank.rankers.scorers.linear import LinearRanker
 from differank.rankers.scorers.mlp import MLPRanker

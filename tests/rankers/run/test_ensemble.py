@@ -7,9 +7,10 @@ import json
 import pytest
 import torch
 
+from differank.rankers.checkpoints import Scorer
 from differank.rankers.metrics.evaluate import evaluate_files
 from differank.rankers.run.ensemble import EnsembleRanker, load_member, main
-from differank.rankers.run.export import Scorer, export_torchscript
+from differank.rankers.run.export import export_torchscript
 from differank.rankers.scorers.linear import LinearRanker
 from differank.rankers.scorers.transformer import TransformerRanker
 from train import compose_run, train

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from differank.datamodules.synthetic import SyntheticLetorDataModule
-from differank.rankers.run.export import Scorer, export_onnx, export_torchscript, write_trec_run
+from differank.rankers.checkpoints import Scorer
+from differank.rankers.run.export import export_onnx, export_torchscript, write_trec_run
 from differank.rankers.scorers.conerank import ConeRank
 from differank.rankers.scorers.mlp import MLPRanker
 from tests.conftest import TINY_RUN

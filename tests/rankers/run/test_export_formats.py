@@ -10,9 +10,8 @@ import torch
 from omegaconf import OmegaConf
 
 from differank.datamodules.atomic_files import write_files
-from differank.rankers.run.export import Scorer
+from differank.rankers.checkpoints import Scorer, load_ranker
 from differank.rankers.run.export_formats import check_formats
-from differank.rankers.run.restore import load_ranker
 from differank.rankers.run.tasks import export
 from differank.rankers.run.triton import triton_config, triton_files
 from differank.rankers.scorers.linear import LinearRanker

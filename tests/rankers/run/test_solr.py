@@ -11,7 +11,7 @@ import torch
 
 from differank.datamodules.atomic_files import write_files
 from differank.datamodules.transforms import SignedLog1p
-from differank.rankers.run.export import Scorer
+from differank.rankers.checkpoints import Scorer
 from differank.rankers.run.solr import BIAS_FEATURE, solr_files
 from differank.rankers.scorers.linear import LinearRanker
 from differank.rankers.scorers.mlp import MLPRanker

@@ -11,8 +11,9 @@ import torch
 from differank.datamodules.transforms import GaussRank, fit
 from differank.losses.cone import ConeLoss
 from differank.losses.listnet import ListNetLoss
+from differank.rankers.checkpoints import Scorer
 from differank.rankers.run.ensemble import load_member
-from differank.rankers.run.export import Scorer, export_onnx, export_torchscript
+from differank.rankers.run.export import export_onnx, export_torchscript
 from differank.rankers.scorers.conerank import ConeRank
 from differank.rankers.scorers.linear import LinearRanker
 from differank.rankers.scorers.transformer import TransformerRanker

@@ -17,13 +17,15 @@ from omegaconf import open_dict
 import differank
 from differank.datamodules import synthetic
 from differank.datamodules.download import data_home
-from differank.rankers.run.restore import resolved, restore_run, restored_config
-from differank.rankers.training.checkpoints import (
+from differank.rankers.checkpoints import (
     ALLOWED_TARGETS,
     MACHINE_ARGUMENTS,
     CheckpointReadError,
     UnsafeCheckpointError,
     load_checkpoint,
+    resolved,
+    restore_run,
+    restored_config,
     run_record,
 )
 from differank.rankers.training.module import RankingModule
@@ -153,20 +155,32 @@ def test_restored_workers_and_batch_sizes_are_the_defaults(clean, eval_batch_siz
             "differank.config.data.batch_size": 10**9,
         },
     )
-    cfg = compose_run(["task=test", "ckpt_path=x.ckpt"], ROOT)
-    data = restore_run(cfg, checkpoint, "x.ckpt").data
+    overrides = ["task=test", "ckpt_path=x.ckpt"]
+    data = restore_run(compose_run(overrides, ROOT), checkpoint, "x.ckpt", overrides).data
     assert (data.num_workers, data.eval_batch_size, data.batch_size) == (0, 128, 32)
-    mine = compose_run(["task=test", "ckpt_path=x.ckpt", "data.num_workers=1"], ROOT)
-    assert restore_run(mine, checkpoint, "x.ckpt").data.num_workers == 1  # the user's
+    mine = [*overrides, "data.num_workers=1"]
+    restored = restore_run(compose_run(mine, ROOT), checkpoint, "x.ckpt", mine)
+    assert restored.data.num_workers == 1  # the user's
+
+
+def test_restore_run_applies_the_overrides_it_is_given(clean):
+    """The command line reaches ``restore_run`` as an argument, never from Hydra's global
+    state: a key that ``cfg`` was composed with but that is not passed is the checkpoint's."""
+    overrides = ["task=test", "ckpt_path=x.ckpt", "data.n_test_queries=7"]
+    cfg = compose_run(overrides, ROOT)
+    assert restore_run(cfg, clean, "x.ckpt", overrides).data.n_test_queries == 7
+    saved = clean["differank"]["config"]["data"]["n_test_queries"]
+    assert restore_run(cfg, clean, "x.ckpt", overrides[:2]).data.n_test_queries == saved != 7
 
 
 def test_machine_arguments_of_another_data_class_are_not_taken(clean):
     """This command's data node names another class (an experiment's data=mq2008): its root
     is not where the checkpoint's synthetic module may write its fold."""
-    cfg = compose_run(["task=test", "ckpt_path=x.ckpt"], ROOT)
+    overrides = ["task=test", "ckpt_path=x.ckpt"]
+    cfg = compose_run(overrides, ROOT)
     with open_dict(cfg):
         cfg.data = {"_target_": LETOR_DATA, "root": "/users/MQ2008", "num_workers": 3}
-    data = restore_run(cfg, clean, "x.ckpt").data
+    data = restore_run(cfg, clean, "x.ckpt", overrides).data
     assert data.get("root") is None and "num_workers" not in data
 
 

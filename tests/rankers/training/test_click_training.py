@@ -11,10 +11,14 @@ from hydra.utils import instantiate
 
 from differank.losses import SoftmaxLoss
 from differank.losses.unbiased import DLA, ESTIMATORS, TwoTower
-from differank.rankers.run.export import serving_scorer
-from differank.rankers.run.restore import build_run, resolved
+from differank.rankers.checkpoints import (
+    UnsafeCheckpointError,
+    rebuild_module,
+    resolved,
+    serving_scorer,
+)
+from differank.rankers.run.tasks import build_run
 from differank.rankers.scorers.linear import LinearRanker
-from differank.rankers.training.checkpoints import UnsafeCheckpointError, rebuild_module
 from differank.rankers.training.module import RankingModule
 from tests.conftest import MQ2008, ROOT, TINY_RUN, requires_mq2008
 from train import compose_run

@@ -11,13 +11,13 @@ import torch
 from hydra.utils import instantiate
 
 import differank
-from differank.rankers.run.ensemble import main as ensemble_main
-from differank.rankers.run.restore import resolved
-from differank.rankers.training.checkpoints import (
+from differank.rankers.checkpoints import (
     ALLOWED_TARGETS,
     UnsafeCheckpointError,
     check_restorable,
+    resolved,
 )
+from differank.rankers.run.ensemble import main as ensemble_main
 from differank.rankers.training.module import RankingModule
 from tests.conftest import ROOT, TINY_RUN
 from train import compose_run, train
