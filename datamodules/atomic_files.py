@@ -42,7 +42,7 @@ def write_files(contents: Mapping[Path, str | bytes]) -> None:
             temporary.unlink(missing_ok=True)  # renamed: already gone
 
 
-def write_file(path: str | Path, data: str | bytes) -> Path:
+def write_file(path: str | os.PathLike[str], data: str | bytes) -> Path:
     """:func:`write_files` of one file; returns its path."""
     write_files({Path(path): data})
     return Path(path)
