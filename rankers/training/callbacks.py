@@ -13,6 +13,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import rich
+from pytorch_lightning.callbacks import ModelCheckpoint
 from rich.console import Console
 from rich.logging import RichHandler
 
@@ -110,7 +111,8 @@ class RunConsole(pl.Callback):
         self.best, self.best_epoch = state_dict["best"], state_dict["best_epoch"]
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.saved_score = _best_score(trainer)
+        saved = _best_checkpoint(trainer)
+        self.saved_score = None if saved is None else saved[0]
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         metrics = trainer.callback_metrics
@@ -131,25 +133,22 @@ class RunConsole(pl.Callback):
             self.best, self.best_epoch = value, epoch
         metrics = trainer.callback_metrics
         loss = f"train/loss {float(metrics['train/loss']):.4f}  " if "train/loss" in metrics else ""
+        # max_epochs is None when max_steps alone bounds the run
+        last = "?" if trainer.max_epochs is None else trainer.max_epochs - 1
         log.info(
-            "epoch %d/%d  %s%s %.4f  best %.4f (epoch %d)",
+            "epoch %d/%s  %s%s %.4f  best %.4f (epoch %d)",
             epoch,
-            trainer.max_epochs - 1,
+            last,
             loss,
             self.monitor,
             value,
             self.best,
             self.best_epoch,
         )
-        score = _best_score(trainer)
-        if score is not None and score != self.saved_score:
-            self.saved_score = score
-            log.info(
-                "  checkpoint: %s improved to %.4f, saved %s",
-                self.monitor,
-                score,
-                trainer.checkpoint_callback.best_model_path,
-            )
+        saved = _best_checkpoint(trainer)
+        if saved is not None and saved[0] != self.saved_score:
+            self.saved_score = saved[0]
+            log.info("  checkpoint: %s improved to %.4f, saved %s", self.monitor, *saved)
         for stopper in trainer.early_stopping_callbacks:
             if trainer.should_stop and stopper.stopped_epoch == epoch:
                 waited = stopper.wait_count >= stopper.patience
@@ -168,7 +167,9 @@ class RunConsole(pl.Callback):
                 )
 
 
-def _best_score(trainer: pl.Trainer) -> float | None:
+def _best_checkpoint(trainer: pl.Trainer) -> tuple[float, str] | None:
+    """The score and path of the best checkpoint saved so far (None: none yet)."""
     checkpoint = trainer.checkpoint_callback
-    score = checkpoint.best_model_score if checkpoint is not None else None
-    return None if score is None else float(score)
+    if not isinstance(checkpoint, ModelCheckpoint) or checkpoint.best_model_score is None:
+        return None
+    return float(checkpoint.best_model_score), checkpoint.best_model_path
