@@ -114,7 +114,7 @@ def _put_back(replaced: list[Path], old: dict[Path, Path | None]) -> None:
             log.error("could not put back %s after a failed write (%s); %s", path, error, where)
 
 
-def write_file(path: str | Path, data: str | bytes, *, overwrite: bool = True) -> Path:
+def write_file(path: str | os.PathLike[str], data: str | bytes, *, overwrite: bool = True) -> Path:
     """:func:`write_files` of one file; returns its path."""
     write_files({Path(path): data}, overwrite=overwrite)
     return Path(path)

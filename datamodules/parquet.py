@@ -38,12 +38,16 @@ import json
 import math
 import os
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 from differank.datamodules import cache
 from differank.datamodules.folds import MissingLetorFileError
@@ -659,12 +663,12 @@ def check_same_features(files: list[tuple[Path, list[str], int]]) -> None:
 
 
 def read_parquet(
-    path,
+    path: str | PathLike[str],
     *,
     columns: ParquetColumns | None = None,
     nan_policy: str = "error",
     null_value: float | None = None,
-    label_range=None,
+    label_range: tuple[float, float] | None = None,
     memory_map: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Features, labels and qids of a Parquet file, or of a folder's ``*.parquet`` files
@@ -706,15 +710,15 @@ def read_parquet(
 
 
 def write_parquet(
-    path,
-    X,
-    y,
-    qid,
+    path: str | PathLike[str],
+    X: ArrayLike,
+    y: ArrayLike,
+    qid: ArrayLike,
     *,
     columns: ParquetColumns | None = None,
     list_column: bool = False,
-    null_mask=None,
-    docids=None,
+    null_mask: ArrayLike | None = None,
+    docids: Collection[object] | None = None,
     row_group_rows: int = 16_384,
     compression: str = "none",
     metadata: Mapping[str, str] | None = None,

@@ -36,6 +36,7 @@ from differank.losses.inputs import (
     batch_result,
     check_list_inputs,
     compute_dtype,
+    decorated_mask,
     finite_label_mask,
     finite_scores,
     float_labels,
@@ -172,7 +173,7 @@ def cone_loss(
         0.382
     """
     loss, _ = _cone_loss_and_support(
-        features, labels, mask, basis, ConeOptions(**options), generator=generator,
+        features, labels, decorated_mask(mask), basis, ConeOptions(**options), generator=generator,
         reduction=reduction,
     )  # fmt: skip
     return loss

@@ -26,6 +26,7 @@ from torch import nn
 
 from differank.losses.inputs import (
     compute_dtype,
+    decorated_mask,
     finite_scores,
     in_dtype,
     list_inputs,
@@ -158,8 +159,7 @@ def distill_loss(
             f"teacher_scores must match scores {list(scores.shape)}, got shape "
             f"{tuple(teacher_scores.shape)}: one teacher score per document"
         )
-    if mask is None:  # list_loss has given every call a mask; this tells the type checker
-        mask = torch.ones(labels.shape, dtype=torch.bool, device=labels.device)
+    mask = decorated_mask(mask)
     # one cast to the compute dtype, shared by both terms: their gradients add up before the
     # single cast back to a half input's dtype
     scores = in_dtype(scores, compute_dtype(scores.dtype))

@@ -108,10 +108,15 @@ class LossModule(nn.Module):
             LossModule.__init__(self, **options)
 
         self_parameter = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        __init__.__signature__ = inspect.Signature([self_parameter, *keywords])
+        # inspect reads __signature__ from any callable; typeshed's functions do not declare it
+        __init__.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [self_parameter, *keywords]
+        )
         __init__.__doc__ = f"The keyword options of :func:`{function.__name__}`."
-        cls.__init__ = __init__
-        cls.forward = _own_copy(LossModule.forward, cls)
+        # the class's methods are made here, from its function: assigning them is the point
+        # (and LossModule.forward, read from the class, is the plain function mypy calls a method)
+        cls.__init__ = __init__  # type: ignore[method-assign]
+        cls.forward = _own_copy(LossModule.forward, cls)  # type: ignore[method-assign, arg-type]
         if cls.__doc__ is None:
             cls.__doc__ = f"Module form of :func:`{function.__name__}`."
 
@@ -150,8 +155,8 @@ def _own_copy(method: types.FunctionType, cls: type) -> types.FunctionType:
     a new code object; where code objects carry a qualified name (Python 3.11+) it names
     ``cls`` too, so tracebacks and compile logs say which loss ran."""
     qualname = f"{cls.__qualname__}.{method.__name__}"
-    if hasattr(method.__code__, "co_qualname"):
-        code = method.__code__.replace(co_qualname=qualname)
+    if hasattr(method.__code__, "co_qualname"):  # mypy checks as Python 3.10, which has none
+        code = method.__code__.replace(co_qualname=qualname)  # type: ignore[call-arg]
     else:  # Python 3.10: no co_qualname, the function's __qualname__ alone names the class
         code = method.__code__.replace()
     copy = types.FunctionType(code, method.__globals__, method.__name__, method.__defaults__)

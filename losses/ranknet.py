@@ -7,6 +7,7 @@ from torch.nn import functional as F
 
 from differank.losses.algorithms.pairs import preference_mask
 from differank.losses.inputs import (
+    decorated_mask,
     finite_scores,
     list_inputs,
     list_loss,
@@ -73,8 +74,8 @@ def ranknet_loss(
         tensor(0.3133)
     """
     check_reduction(reduction)
-    scores, labels, mask, valid = list_inputs(scores, labels, mask)
-    check_pair_memory(*scores.shape, scores.dtype)
+    scores, labels, mask, valid = list_inputs(scores, labels, decorated_mask(mask))
+    check_pair_memory(scores.shape[0], scores.shape[1], scores.dtype)
     pairs = preference_mask(labels, mask)  # [B, L, L]
     real_scores = finite_scores(scores, mask)
     difference = real_scores.unsqueeze(-1) - real_scores.unsqueeze(-2)

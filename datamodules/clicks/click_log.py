@@ -152,6 +152,7 @@ class ClickLog:
             if value is not None:
                 columns[name] = np.asarray(value)
         buffer = io.BytesIO()
+        # the keys are column names, never savez's own allow_pickle (which mypy fears)
         np.savez(buffer, **columns)  # type: ignore[arg-type]
         return write_file(path, buffer.getvalue(), overwrite=overwrite)
 

@@ -36,7 +36,7 @@ def _lightgbm(model: str) -> tuple[int, Predict]:
     import lightgbm
 
     booster = lightgbm.Booster(model_file=model)
-    return booster.num_feature(), booster.predict
+    return booster.num_feature(), lambda features: np.asarray(booster.predict(features))
 
 
 def _xgboost(model: str) -> tuple[int, Predict]:

@@ -95,6 +95,7 @@ def simulate(cfg: DictConfig, run_dir: Path) -> Path:
             )
     order = sorted(sessions)
     lengths = [len(sessions[s][1]) for s in order]
+    identity = training_identity(data)
     written = ClickLog(
         session=np.repeat(order, lengths),
         qid=np.repeat([sessions[s][0] for s in order], lengths),
@@ -102,7 +103,9 @@ def simulate(cfg: DictConfig, run_dir: Path) -> Path:
         click=np.concatenate([sessions[s][2] for s in order]).astype(np.uint8),
         doc_row=np.concatenate([sessions[s][1] for s in order]),
         propensity=np.concatenate([sessions[s][3] for s in order]),
-        **training_identity(data),  # refused on other data (docs/clicks.md)
+        # the data it was written for: refused on other data (docs/clicks.md)
+        train_qids_sha256=identity["train_qids_sha256"],
+        train_files_sha256=identity.get("train_files_sha256"),
     )
     written.write(path, overwrite=overwrite)  # and checked again as it is put in place
     clicked = int(written.click.sum())

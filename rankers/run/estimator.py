@@ -170,6 +170,10 @@ class Ranker(BaseEstimator):
         True
     """
 
+    # fitted state, set by fit or load (annotations only: scikit-learn's rule, nothing in init)
+    checkpoint_: dict[str, Any]
+    history_: list[dict[str, float]] | None
+
     def __init__(
         self,
         loss: str = "lambdaloss",
@@ -415,7 +419,7 @@ class Ranker(BaseEstimator):
                 "validation": _validation(result.history, result.best_epoch),
             },
         }
-        self.scorer_ = serving_scorer(module.ranker, serving).eval()
+        self.scorer_ = serving_scorer(module.ranker, serving).eval()  # type: ignore[arg-type]
         self.n_features_in_ = self.scorer_.n_features
         self._set_feature_names(train.feature_names)
         self.history_ = result.history
@@ -627,7 +631,7 @@ class Ranker(BaseEstimator):
         ``differank.load_ranker``, ``differank task=predict|export ckpt_path=...`` and
         :meth:`load` read, with the estimator's parameters added to its record."""
         self._fitted()
-        checkpoint = dict(self.checkpoint_)
+        checkpoint: dict[str, Any] = dict(self.checkpoint_)
         try:  # plain values only: a checkpoint is read with weights_only=True
             params = _plain(self.get_params())
         except TypeError as error:
@@ -764,7 +768,9 @@ def query_weights(sample_weight, rows: RankingRows) -> np.ndarray | None:
             f"shape {weights.shape}"
         )
     weights = weights.astype(np.float64)
-    queries = int(rows.queries.max()) + 1  # type: ignore[union-attr]  # fit requires queries
+    if rows.queries is None:
+        raise ValueError("sample_weight weighs queries: pass qid= or group=")
+    queries = int(rows.queries.max()) + 1
     if len(weights) == rows.num_rows:
         sums = np.bincount(rows.queries, weights=weights, minlength=queries)
         weights = sums / np.bincount(rows.queries, minlength=queries)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import rich
+from pytorch_lightning.callbacks import ModelCheckpoint
 from rich.console import Console
 from rich.logging import RichHandler
 
@@ -130,7 +131,8 @@ class RunConsole(pl.Callback):
         self.best, self.best_epoch = state_dict["best"], state_dict["best_epoch"]
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.saved_score = _best_score(trainer)
+        saved = _best_checkpoint(trainer)
+        self.saved_score = None if saved is None else saved[0]
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         metrics = trainer.callback_metrics
@@ -152,7 +154,9 @@ class RunConsole(pl.Callback):
             return
         (epoch, value), self.pending = self.pending, None
         metrics = trainer.callback_metrics
-        line = f"epoch {epoch}/{trainer.max_epochs - 1}"
+        # max_epochs is None when max_steps alone bounds the run
+        last = "?" if trainer.max_epochs is None else trainer.max_epochs - 1
+        line = f"epoch {epoch}/{last}"
         if "train/loss" in metrics:
             line += f"  train/loss {float(metrics['train/loss']):.4f}"
         if self.monitor is None:
@@ -163,13 +167,10 @@ class RunConsole(pl.Callback):
         self.write(
             f"{line}  {self.monitor} {value:.4f}  best {self.best:.4f} (epoch {self.best_epoch})"
         )
-        score = _best_score(trainer)
-        if score is not None and score != self.saved_score:
-            self.saved_score = score
-            self.write(
-                f"  checkpoint: {self.monitor} improved to {score:.4f}, saved "
-                f"{trainer.checkpoint_callback.best_model_path}"
-            )
+        saved = _best_checkpoint(trainer)
+        if saved is not None and saved[0] != self.saved_score:
+            self.saved_score = saved[0]
+            self.write(f"  checkpoint: {self.monitor} improved to {saved[0]:.4f}, saved {saved[1]}")
         for stopper in trainer.early_stopping_callbacks:
             if trainer.should_stop and stopper.stopped_epoch == epoch:
                 waited = stopper.wait_count >= stopper.patience
@@ -185,7 +186,9 @@ class RunConsole(pl.Callback):
                 )
 
 
-def _best_score(trainer: pl.Trainer) -> float | None:
+def _best_checkpoint(trainer: pl.Trainer) -> tuple[float, str] | None:
+    """The score and path of the best checkpoint saved so far (None: none yet)."""
     checkpoint = trainer.checkpoint_callback
-    score = checkpoint.best_model_score if checkpoint is not None else None
-    return None if score is None else float(score)
+    if not isinstance(checkpoint, ModelCheckpoint) or checkpoint.best_model_score is None:
+        return None
+    return float(checkpoint.best_model_score), checkpoint.best_model_path

@@ -134,10 +134,11 @@ def fit_in_memory(
     ``verbose`` prints one line per epoch to stdout; otherwise nothing is printed. A
     ``KeyboardInterrupt`` reaches the caller as itself (Lightning turns it into ``SystemExit``).
     Fits in threads of one process run one at a time (the random generators are shared)."""
-    keep = None if monitor is None else KeepBestWeights(monitor, mode)
+    keep = None
     history = EpochHistory()
     chosen: list[pl.Callback] = [history, *callbacks]
-    if keep is not None:
+    if monitor is not None:
+        keep = KeepBestWeights(monitor, mode)
         chosen.append(keep)
         if patience is not None:
             chosen.append(pl.callbacks.EarlyStopping(monitor=monitor, mode=mode, patience=patience))
@@ -152,7 +153,7 @@ def fit_in_memory(
             max_epochs=max_epochs,
             accelerator=accelerator,
             devices=1,
-            precision=precision,
+            precision=precision,  # type: ignore[arg-type]  # a config's string; Lightning checks it
             deterministic=deterministic,
             logger=False,
             enable_checkpointing=False,

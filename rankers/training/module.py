@@ -87,7 +87,7 @@ def per_query_values(loss: nn.Module) -> Iterator[None]:
     ``reduction`` attribute."""
 
     def set_reduction(reduction: str) -> None:
-        loss.reduction = reduction
+        loss.reduction = reduction  # type: ignore[assignment]  # nn.Module types attributes as tensors
         if isinstance(loss, LossModule):
             loss.options["reduction"] = reduction
 
