@@ -45,6 +45,8 @@ from types import ModuleType
 
 import measure
 
+from differank.rankers.run.runs import compose_config
+
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "conf" / "experiment"
 
@@ -180,7 +182,7 @@ def run_one(config: Config, fold: int, out_root: Path, tiny: bool, threads: int 
             from peers import run_peer
 
             data_only = [o for o in overrides if o.lstrip("+~").startswith(("data", "seed"))]
-            datamodule = instantiate(train_module().compose_run(data_only, run_dir).data)
+            datamodule = instantiate(compose_config(data_only, run_dir=run_dir).data)
             run_dir.mkdir(parents=True, exist_ok=True)
             row = run_peer(config.peer, datamodule, run_dir, tiny=tiny)
             row.pop("settings", None)

@@ -13,6 +13,7 @@ import numpy as np
 import protocol  # benchmarks/ is on the path (tests/conftest.py)
 import pytest
 
+from differank.rankers.run.runs import compose_config
 from tests.conftest import ROOT
 
 pytest.importorskip("lightgbm")
@@ -202,7 +203,6 @@ def test_a_damaged_or_foreign_cached_file_is_named_and_its_run_redone(
 
 def test_each_chosen_setting_is_written_as_an_experiment_that_composes(smoke):
     import yaml
-    from reproduce import train_module
 
     folder, _, record = smoke
     path = folder / "experiments" / "listnet_linear.yaml"
@@ -219,7 +219,7 @@ def test_each_chosen_setting_is_written_as_an_experiment_that_composes(smoke):
     experiment = ROOT / "conf" / "experiment" / "protocol_test_tmp.yaml"
     experiment.write_text(text)
     try:
-        cfg = train_module().compose_run(["experiment=protocol_test_tmp"], folder / "compose")
+        cfg = compose_config(["experiment=protocol_test_tmp"], run_dir=folder / "compose")
     finally:
         experiment.unlink()
     assert cfg.model.optimizer.lr == chosen["model.optimizer.lr"]

@@ -11,8 +11,8 @@ import torch
 
 from differank.datamodules.clicks.click_log import read_click_log
 from differank.rankers.run.production import sampled_queries
-from tests.conftest import TINY_DATA
-from train import compose_run, run_training, train
+from tests.conftest import TINY_DATA, run_config
+from train import run_training
 
 RUN = [*TINY_DATA, "trainer.max_epochs=1", "logger=csv", "quiet=true"]
 
@@ -31,11 +31,8 @@ def test_a_simulated_log_trains_the_model_the_online_simulation_trains(tmp_path)
     seed = ["seed=3", "data.bucket_by_length=false"]
     online = run_training([*RUN, *seed, *clicks("pbm"), "clicks.eta=2"], tmp_path / "online")
     log = tmp_path / "clicks.npz"
-    cfg = compose_run(
-        [*RUN, *seed, *clicks("pbm"), "clicks.eta=2", "task=simulate", f"clicks.log={log}"],
-        tmp_path / "simulate",
-    )
-    train(cfg, tmp_path / "simulate")
+    simulate = [*RUN, *seed, *clicks("pbm"), "clicks.eta=2", "task=simulate", f"clicks.log={log}"]
+    run_config(simulate, tmp_path / "simulate")
     written = read_click_log(log)
     assert written.propensity is not None and written.click.any()
     offline = run_training([*RUN, *seed, "clicks=log", f"clicks.log={log}"], tmp_path / "offline")
@@ -57,10 +54,9 @@ def test_every_click_model_trains_and_is_tested_on_the_true_labels(tmp_path, mod
 def test_a_click_run_checkpoint_is_tested_like_any_other(tmp_path):
     fitted = run_training([*RUN, *clicks("pbm")], tmp_path / "fit")
     checkpoint = tmp_path / "fit" / "checkpoints" / "best.ckpt"
-    cfg = compose_run(
+    run_config(
         [*TINY_DATA, "task=test", f"ckpt_path={checkpoint}", "quiet=true"], tmp_path / "test"
     )
-    train(cfg, tmp_path / "test")
     tested = json.loads((tmp_path / "test" / "test_metrics.json").read_text())
     assert tested["map"] == fitted["map"]
 
@@ -68,9 +64,8 @@ def test_a_click_run_checkpoint_is_tested_like_any_other(tmp_path):
 def test_offline_without_a_log_and_simulate_without_a_model_are_refused(tmp_path):
     with pytest.raises(ValueError, match="clicks.log=PATH"):
         run_training([*RUN, *clicks("pbm"), "clicks.mode=offline"], tmp_path / "a")
-    cfg = compose_run([*RUN, "task=simulate"], tmp_path / "b")
     with pytest.raises(ValueError, match="task=simulate needs a click model"):
-        train(cfg, tmp_path / "b")
+        run_config([*RUN, "task=simulate"], tmp_path / "b")
 
 
 def test_the_production_sample_is_the_asked_share_and_at_least_one_query():

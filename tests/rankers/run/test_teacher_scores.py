@@ -37,9 +37,9 @@ def teacher_run(tmp_path_factory) -> Path:
 def raw_data():
     from hydra.utils import instantiate
 
-    from tests.conftest import compose_run
+    from differank.rankers.run.runs import compose_config
 
-    cfg = compose_run(TINY_DATA, Path("unused"))
+    cfg = compose_config(TINY_DATA, run_dir=Path("unused"))
     return instantiate(cfg.data, normalization="none", transform="none")
 
 
@@ -166,7 +166,7 @@ def test_a_gradient_boosting_teacher_without_its_library_names_the_extra(tmp_pat
 def test_a_restored_student_never_reads_its_teacher(teacher_run, tmp_path):
     """The teacher path in a checkpoint is data: task=test from the student's checkpoint works
     with the teacher file gone (and a path the file names is never opened)."""
-    from train import compose_run, train
+    from tests.conftest import run_config
 
     copy = tmp_path / "teacher.ckpt"
     copy.write_bytes(Path(teacher_run).read_bytes())
@@ -174,6 +174,5 @@ def test_a_restored_student_never_reads_its_teacher(teacher_run, tmp_path):
     run_training([*overrides, *TINY, "callbacks=default"], tmp_path / "student")
     copy.unlink()
     best = tmp_path / "student" / "checkpoints" / "best.ckpt"
-    cfg = compose_run(["task=test", f"ckpt_path={best}", "logger=csv"], tmp_path / "restored")
-    train(cfg, tmp_path / "restored")
+    run_config(["task=test", f"ckpt_path={best}", "logger=csv"], tmp_path / "restored")
     assert (tmp_path / "restored" / "test_metrics.json").is_file()

@@ -13,11 +13,11 @@ from differank.losses import SoftmaxLoss
 from differank.losses.unbiased import DLA, ESTIMATORS, TwoTower
 from differank.rankers.run.export import serving_scorer
 from differank.rankers.run.restore import build_run, resolved
+from differank.rankers.run.runs import compose_config
 from differank.rankers.scorers.linear import LinearRanker
 from differank.rankers.training.checkpoints import UnsafeCheckpointError, rebuild_module
 from differank.rankers.training.module import RankingModule
 from tests.conftest import MQ2008, ROOT, TINY_RUN, requires_mq2008
-from train import compose_run
 
 F = 7
 
@@ -72,7 +72,7 @@ def test_a_click_batch_without_an_estimator_names_the_fix():
 
 
 def test_a_checkpoint_rebuilds_the_estimator_and_serves_the_ranker_alone(tmp_path):
-    cfg = compose_run(TINY_RUN, tmp_path)
+    cfg = compose_config(TINY_RUN, run_dir=tmp_path)
     config = resolved(cfg)
     config["loss"] = {"_target_": "differank.losses.softmax.SoftmaxLoss", "reduction": "mean"}
     config["ultr"] = {
