@@ -47,24 +47,19 @@ def run_training(overrides: list[str], run_dir: Path) -> dict[str, float]:
     """Deprecated: ``differank.run(overrides, output_dir=run_dir)``, whose result holds what
     this returns: the test metrics and, under the name of ``monitor``, the best validation
     value."""
-    import json
-
-    from differank.rankers.run.runs import compose_config
+    from differank.rankers.run.runs import compose_config, written_test_metrics
     from differank.rankers.run.tasks import run_task
 
     _deprecated("run_training", "differank.run(overrides, output_dir=...)")
     cfg = compose_config(overrides, run_dir=run_dir)
     if cfg.task != "fit":
         raise ValueError(f"run_training trains (task=fit), got task={cfg.task}: use differank.run")
-    best = run_task(cfg, Path(run_dir), overrides=overrides)
-    written = Path(run_dir) / "test_metrics.json"
-    if not written.is_file():
+    best = run_task(cfg, Path(run_dir), overrides=overrides)  # no logging set-up, as in 0.2.0
+    if not (metrics := written_test_metrics(Path(run_dir))):
         raise FileNotFoundError(
-            f"{written}: the run wrote no test metrics "
+            f"{Path(run_dir) / 'test_metrics.json'}: the run wrote no test metrics "
             "(trainer.fast_dev_run and DDP ranks other than 0 write no outputs)"
         )
-    metrics = json.loads(written.read_text())
-    metrics.pop("conventions", None)
     return {cfg.monitor: best, **metrics}
 
 

@@ -42,7 +42,7 @@ import measure
 import numpy as np
 import peers
 import torch
-from reproduce import TINY_OVERRIDES, train_module
+from reproduce import TINY_OVERRIDES, training_run
 
 from differank.datamodules.atomic_files import write_file
 from differank.rankers.metrics.evaluate import per_query_values
@@ -89,7 +89,7 @@ def train(overrides: list[str], run_dir: Path, tiny: bool) -> dict:
         return json.loads(record.read_text())
     extra = ["trainer.max_epochs=1", "logger=csv"] if tiny else ["logger=csv"]
     start = time.perf_counter()
-    metrics = train_module().run_training([*overrides, *extra, "quiet=true"], run_dir)
+    metrics = training_run([*overrides, *extra, "quiet=true"], run_dir)
     result = {
         "val_map": metrics["val/map"],
         "map": metrics["map"],

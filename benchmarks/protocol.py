@@ -64,7 +64,7 @@ import numpy as np
 import torch
 import yaml
 from protocol_figure import forest_plot
-from reproduce import TINY_OVERRIDES, train_module
+from reproduce import TINY_OVERRIDES, training_run
 
 from differank.datamodules.atomic_files import write_file
 from differank.rankers.metrics.significance import PairedInterval, paired_bootstrap
@@ -363,7 +363,7 @@ def run_job(job: Job) -> dict:
             )
             row.pop("settings")
         else:
-            row = train_module().run_training(overrides, job.run_dir)
+            row = training_run(overrides, job.run_dir)
             row["val_map"] = row.pop("val/map")  # the selection signal (conf/train.yaml monitor)
             write_val_scores(job.run_dir)
         row.update(fold=job.fold, seed=job.seed, run_dir=str(job.run_dir))

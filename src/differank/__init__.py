@@ -3,8 +3,16 @@ LETOR-exact metrics and a Lightning + Hydra harness.
 
 The installed packages are ``differank.losses`` (the objectives; torch only),
 ``differank.rankers`` (scorers, solvers, metrics, the Lightning layer and the run layer) and
-``differank.datamodules`` (reading and batching LETOR data).
+``differank.datamodules`` (reading and batching LETOR data). ``differank.run(OVERRIDES)`` does
+what the ``differank OVERRIDES`` command does, ``differank.compose(OVERRIDES, run_dir=...)``
+gives the config it runs (docs/running.md#from-python).
 """
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the real types for mypy and IDEs; at run time __getattr__ loads them
+    from differank.rankers.run.runs import compose_config as compose  # noqa: F401
+    from differank.rankers.run.runs import run  # noqa: F401
 
 __version__ = "0.2.0"  # also CITATION.cff's version (tests/test_citation.py)
 
@@ -20,10 +28,18 @@ def load_ranker(path):
 
 
 def __getattr__(name):
-    # differank.Ranker loads the run layer (Lightning, Hydra) only when it is asked for, so
-    # `import differank` stays light
+    # differank.Ranker, compose and run load the run layer (Lightning, Hydra) only when they are
+    # asked for, so `import differank` stays light
     if name == "Ranker":
         from differank.rankers.run.estimator import Ranker
 
         return Ranker
+    if name == "compose":
+        from differank.rankers.run.runs import compose_config
+
+        return compose_config
+    if name == "run":
+        from differank.rankers.run.runs import run
+
+        return run
     raise AttributeError(f"module 'differank' has no attribute {name!r}")

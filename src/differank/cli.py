@@ -44,7 +44,13 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from differank.rankers.run.folders import remove_if_unused
-from differank.rankers.run.runs import CONFIG_DIR, TASKS, compose_with_hydra, console_logging
+from differank.rankers.run.runs import (
+    CONFIG_DIR,
+    TASKS,
+    compose_with_hydra,
+    console_logging,
+    without_hydra,
+)
 
 HELP_FLAGS = ("--help", "-h")
 
@@ -97,9 +103,8 @@ def help_text(overrides: list[str]) -> str:
     config. Written here rather than by Hydra, whose help lists the groups through the config
     loader (a second of work per call)."""
     cfg = compose_with_hydra(overrides, run_dir=Path.cwd())
-    job = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
     return string.Template(cfg.hydra.help.template).substitute(
-        APP_CONFIG_GROUPS=config_groups(), CONFIG=OmegaConf.to_yaml(job)
+        APP_CONFIG_GROUPS=config_groups(), CONFIG=OmegaConf.to_yaml(without_hydra(cfg))
     )
 
 

@@ -9,10 +9,10 @@ import json
 import pytest
 import torch
 
+import differank
 from differank.datamodules.clicks.click_log import read_click_log
 from differank.rankers.run.production import sampled_queries
 from tests.conftest import TINY_DATA, run_config
-from train import run_training
 
 RUN = [*TINY_DATA, "trainer.max_epochs=1", "logger=csv", "quiet=true"]
 
@@ -29,30 +29,35 @@ def weights(run_dir):
 
 def test_a_simulated_log_trains_the_model_the_online_simulation_trains(tmp_path):
     seed = ["seed=3", "data.bucket_by_length=false"]
-    online = run_training([*RUN, *seed, *clicks("pbm"), "clicks.eta=2"], tmp_path / "online")
+    online = differank.run(
+        [*RUN, *seed, *clicks("pbm"), "clicks.eta=2"], output_dir=tmp_path / "online"
+    )
     log = tmp_path / "clicks.npz"
     simulate = [*RUN, *seed, *clicks("pbm"), "clicks.eta=2", "task=simulate", f"clicks.log={log}"]
     run_config(simulate, tmp_path / "simulate")
     written = read_click_log(log)
     assert written.propensity is not None and written.click.any()
-    offline = run_training([*RUN, *seed, "clicks=log", f"clicks.log={log}"], tmp_path / "offline")
-    assert online == offline
-    for key, value in weights(tmp_path / "online").items():
-        assert torch.equal(value, weights(tmp_path / "offline")[key]), key
-    other = run_training([*RUN, "seed=4", *clicks("pbm"), "clicks.eta=2"], tmp_path / "other")
-    assert other != online  # another seed: other sessions, another model
+    logged = [*RUN, *seed, "clicks=log", f"clicks.log={log}"]
+    offline = differank.run(logged, output_dir=tmp_path / "off")
+    assert offline.best_validation == online.best_validation
+    assert offline.test_metrics == online.test_metrics
+    for key, value in weights(online.run_dir).items():
+        assert torch.equal(value, weights(offline.run_dir)[key]), key
+    reseeded = [*RUN, "seed=4", *clicks("pbm"), "clicks.eta=2"]
+    other = differank.run(reseeded, output_dir=tmp_path / "other")
+    assert other.test_metrics != online.test_metrics  # another seed: other sessions, another model
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["cascade", "dcm", "ubm", "trust"])
 def test_every_click_model_trains_and_is_tested_on_the_true_labels(tmp_path, model):
-    metrics = run_training([*RUN, *clicks(model)], tmp_path)
+    metrics = differank.run([*RUN, *clicks(model)], output_dir=tmp_path).test_metrics
     assert 0 < metrics["map"] <= 1
 
 
 @pytest.mark.slow
 def test_a_click_run_checkpoint_is_tested_like_any_other(tmp_path):
-    fitted = run_training([*RUN, *clicks("pbm")], tmp_path / "fit")
+    fitted = differank.run([*RUN, *clicks("pbm")], output_dir=tmp_path / "fit").test_metrics
     checkpoint = tmp_path / "fit" / "checkpoints" / "best.ckpt"
     run_config(
         [*TINY_DATA, "task=test", f"ckpt_path={checkpoint}", "quiet=true"], tmp_path / "test"
@@ -63,7 +68,7 @@ def test_a_click_run_checkpoint_is_tested_like_any_other(tmp_path):
 
 def test_offline_without_a_log_and_simulate_without_a_model_are_refused(tmp_path):
     with pytest.raises(ValueError, match="clicks.log=PATH"):
-        run_training([*RUN, *clicks("pbm"), "clicks.mode=offline"], tmp_path / "a")
+        differank.run([*RUN, *clicks("pbm"), "clicks.mode=offline"], output_dir=tmp_path / "a")
     with pytest.raises(ValueError, match="task=simulate needs a click model"):
         run_config([*RUN, "task=simulate"], tmp_path / "b")
 

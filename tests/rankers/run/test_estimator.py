@@ -14,7 +14,6 @@ from differank.datamodules.reader import write_letor
 from differank.rankers.run.estimator import NotFittedError, Ranker
 from differank.rankers.run.runs import compose_config
 from tests.conftest import run_config
-from train import run_training
 
 
 def synthetic_fold(root, seed=0, n_features=5):
@@ -45,14 +44,15 @@ def fitted(tmp_path_factory):
 def test_it_predicts_what_train_py_predicts_with_its_overrides(fitted, tmp_path):
     ranker, root = fitted
     run = tmp_path / "run"
-    metrics = run_training(
-        [*ranker.overrides_, "data=letor", f"data.root={root}", "quiet=true"], run
+    result = differank.run(
+        [*ranker.overrides_, "data=letor", f"data.root={root}", "quiet=true"], output_dir=run
     )
     expected = np.loadtxt(run / "predictions" / "test.txt")
     X, y, qid = read_letor(root / "Fold1" / "test.txt")
     np.testing.assert_allclose(ranker.predict(X), expected, rtol=0, atol=1e-6)
-    assert ranker.score(X, y, qid=qid) == pytest.approx(metrics["ndcg@10"], abs=1e-6)
-    assert ranker.best_score_ == pytest.approx(metrics["val/ndcg@10"], abs=1e-6)
+    assert ranker.score(X, y, qid=qid) == pytest.approx(result.test_metrics["ndcg@10"], abs=1e-6)
+    assert result.monitor == "val/ndcg@10"
+    assert ranker.best_score_ == pytest.approx(result.best_validation, abs=1e-6)
 
 
 def test_save_load_ranker_and_task_predict_give_the_same_scores(fitted, tmp_path):

@@ -139,11 +139,11 @@ def test_a_click_run_gets_its_estimator_and_naive_without_one(train_config):
 def test_the_issues_mq2008_click_command_trains_and_reports_true_label_metrics(tmp_path, ultr):
     """``python train.py clicks=pbm clicks.eta=2 ultr=ips data=mq2008 data.fold=1`` (2 epochs):
     the test metrics are measured on MQ2008's true labels."""
-    from train import run_training
+    import differank
 
     overrides = ["clicks=pbm", "clicks.eta=2", f"ultr={ultr}", "data=mq2008", "data.fold=1"]
     overrides += [f"data.root={MQ2008}", "trainer.max_epochs=2", "logger=csv", "quiet=true"]
-    metrics = run_training(overrides, tmp_path / ultr)
+    metrics = differank.run(overrides, output_dir=tmp_path / ultr).test_metrics
     assert 0.2 < metrics["map"] < 0.7 and 0.0 < metrics["ndcg@10"] <= 1.0
     checkpoint = torch.load(tmp_path / ultr / "checkpoints" / "best.ckpt", weights_only=True)
     assert checkpoint["differank"]["config"]["ultr"]["_target_"].endswith(
