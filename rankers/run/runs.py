@@ -15,7 +15,7 @@ Public API::
     compose_config(overrides=(), *, run_dir) -> DictConfig  # resolved, without the hydra node
     run(overrides=(), *, output_dir=None) -> RunResult      # what `differank OVERRIDES` does
     RunResult(run_dir, monitor, best_validation, test_metrics)
-    written_test_metrics(run_dir) -> dict               # test_metrics.json, less its table
+    written_test_metrics(run_dir) -> dict                   # test_metrics.json, less its table
     compose_with_hydra(overrides=(), *, run_dir=None) -> DictConfig  # with it, unresolved
     without_hydra(cfg) -> DictConfig                        # the job's part of that, unresolved
     CONFIG_DIR, TASKS                                       # the package's conf/, its tasks
