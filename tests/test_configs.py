@@ -88,8 +88,8 @@ def missing_data_root(cfg) -> str | None:
 
 
 @pytest.mark.parametrize("experiment", options("experiment", nested=True))
-def test_every_experiment_composes_and_builds_its_model_and_loss(experiment):
-    cfg = compose_with_hydra([f"experiment={experiment}"])  # its choices: Hydra's node
+def test_every_experiment_composes_and_builds_its_model_and_loss(experiment, tmp_path):
+    cfg = compose_with_hydra([f"experiment={experiment}"], run_dir=tmp_path)  # choices: Hydra's
     assert cfg.hydra.runtime.choices.experiment == experiment
     module = instantiate(cfg.model, loss=instantiate(cfg.loss), n_features=46)
     assert module(torch.randn(2, 5, 46)).shape == (2, 5)
@@ -206,8 +206,8 @@ HEADER = ("direction", "n_trials", "n_jobs", "sampler")  # conf/hydra/sweeper/op
     reason="hydra-optuna-sweeper (the optional 'cluster' extra) is not installed",
 )
 @pytest.mark.parametrize("name", SEARCHES)
-def test_every_hparams_search_composes_with_the_shared_sweeper_header(name):
-    cfg = compose_with_hydra([f"+hparams_search={name}", "seed=7"])
+def test_every_hparams_search_composes_with_the_shared_sweeper_header(name, tmp_path):
+    cfg = compose_with_hydra([f"+hparams_search={name}", "seed=7"], run_dir=tmp_path)
     sweeper = cfg.hydra.sweeper
     assert cfg.hydra.runtime.choices["hydra/sweeper"] == "optuna_search"
     assert sweeper._target_.endswith("OptunaSweeper") and sweeper.study_name == name
@@ -231,7 +231,7 @@ def test_a_validated_setting_comes_only_from_the_experiment_the_user_names(train
     chosen = OmegaConf.load(CONF / "experiment" / f"{validated}.yaml").model.optimizer
     assert model([f"experiment={validated}"])["optimizer"] == linear | dict(chosen)
     assert f"experiment={validated}" in (CONF / "loss" / "hinge.yaml").read_text()
-    other_data = compose_with_hydra([f"experiment={validated}", "data=synthetic"])
+    other_data = compose_with_hydra([f"experiment={validated}", "data=synthetic"], run_dir=".")
     assert other_data.hydra.runtime.choices.data == "synthetic"
     assert other_data.model.optimizer.weight_decay == chosen.weight_decay
     assert model([f"experiment={validated}", "model.optimizer.lr=0.5"])["optimizer"]["lr"] == 0.5
@@ -246,12 +246,12 @@ def test_no_config_is_chosen_by_interpolating_other_choices():
     assert not (CONF / "objective").exists()  # +objective=NAME: deprecated in 0.1.0, removed
 
 
-def test_each_callback_is_its_own_file_and_default_lists_them():
+def test_each_callback_is_its_own_file_and_default_lists_them(tmp_path):
     default = OmegaConf.load(CONF / "callbacks" / "default.yaml")
     assert set(default) == {"defaults"}, "default.yaml only lists the callback files"
     singles = [name for name in options("callbacks") if name not in ("default", "none")]
     assert sorted(default.defaults) == singles
-    composed = compose_with_hydra([]).callbacks  # unresolved, as the files write them
+    composed = compose_with_hydra([], run_dir=tmp_path).callbacks  # unresolved, as written
     assert list(composed) == list(default.defaults)
     for name in singles:
         node = OmegaConf.load(CONF / "callbacks" / f"{name}.yaml")

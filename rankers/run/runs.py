@@ -16,7 +16,7 @@ Public API::
     run(overrides=(), *, output_dir=None) -> RunResult      # what `differank OVERRIDES` does
     RunResult(run_dir, monitor, best_validation, test_metrics)
     written_test_metrics(run_dir) -> dict                   # test_metrics.json, less its table
-    compose_with_hydra(overrides=(), *, run_dir=None) -> DictConfig  # with it, unresolved
+    compose_with_hydra(overrides=(), *, run_dir) -> DictConfig  # with it, unresolved
     without_hydra(cfg) -> DictConfig                        # the job's part of that, unresolved
     CONFIG_DIR, TASKS                                       # the package's conf/, its tasks
 """
@@ -132,13 +132,10 @@ def compose_config(overrides: Sequence[str] = (), *, run_dir: str | Path) -> Dic
         return _job_config(_compose(overrides, run_dir))
 
 
-def compose_with_hydra(
-    overrides: Sequence[str] = (), *, run_dir: str | Path | None = None
-) -> DictConfig:
+def compose_with_hydra(overrides: Sequence[str] = (), *, run_dir: str | Path) -> DictConfig:
     """``conf/train.yaml`` composed with ``overrides`` and with Hydra's own node (its help
     template, run folder, logging and sweep settings), unresolved; ``run_dir`` is its output
-    folder (None: the run folder ``hydra.run.dir`` names, claimed as the command line claims
-    it). Hydra's global state is left as found."""
+    folder. Hydra's global state is left as found."""
     with _own_hydra_state():
         return _compose(overrides, run_dir)
 
