@@ -38,12 +38,11 @@ import threading
 import warnings
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from omegaconf import OmegaConf
-from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 
 from differank.datamodules.arrays import read_letor
@@ -61,6 +60,24 @@ from differank.rankers.metrics.evaluate import evaluate_arrays
 from differank.rankers.run.ranker_inputs import RankingRows, ranking_rows
 from differank.rankers.run.scoring import score_split
 from differank.rankers.scorers.linear import LinearRanker
+
+if TYPE_CHECKING:  # scikit-learn ships no types: a base of type Any would make a Ranker any type
+    from typing_extensions import Self
+
+    class _Estimator:
+        """What the Ranker inherits from ``sklearn.base.BaseEstimator``, as type checkers see it."""
+
+        def get_params(self, deep: bool = True) -> dict[str, Any]: ...
+        def set_params(self, **params: Any) -> Self: ...
+        def set_fit_request(self, **requests: bool | str | None) -> Self: ...
+        def set_score_request(self, **requests: bool | str | None) -> Self: ...
+        def set_predict_request(self, **requests: bool | str | None) -> Self: ...
+        def __sklearn_tags__(self) -> Any: ...
+        @classmethod
+        def _get_param_names(cls) -> list[str]: ...
+
+else:
+    from sklearn.base import BaseEstimator as _Estimator
 
 MONITOR = "val/ndcg@10"  # what picks the epoch: the metric score() reports
 PREDICT_CHUNK = 1024  # rows per padded list when per-document scores need no queries
@@ -129,7 +146,7 @@ def _set(config: dict[str, Any], dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
-class Ranker(BaseEstimator):
+class Ranker(_Estimator):
     """A learning-to-rank estimator with scikit-learn's conventions, trained from memory by
     differank's data module, Lightning module and losses (docs/python.md).
 

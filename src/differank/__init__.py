@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time these load only when as
     from differank.rankers.run.runs import compose_config as compose  # noqa: F401  (re-exported)
     from differank.rankers.run.runs import run as run
 
-__version__ = "0.2.0"  # also CITATION.cff's version (tests/test_citation.py)
+__version__ = "0.3.0"  # also CITATION.cff's version (tests/test_citation.py)
 
 
 def load_ranker(path: str | os.PathLike[str]) -> Scorer:
