@@ -106,7 +106,7 @@ def console_logging(quiet: bool) -> None:
     """Under the CLI: Lightning's messages join the run's console (and ``train.log``); with
     ``quiet`` the terminal hides the progress lines (epochs, checkpoints, Lightning's set-up)
     and keeps warnings, the test table and the output folder; ``train.log`` keeps every line."""
-    from differank.rankers.training.callbacks import hide_progress  # Lightning: a run only
+    from differank.rankers.training.console import hide_progress
 
     lightning = logging.getLogger("pytorch_lightning")
     lightning.handlers.clear()

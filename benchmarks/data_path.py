@@ -138,7 +138,7 @@ def train_worker(overrides: list[str], run_dir: Path) -> dict:
     from reproduce import train_module
 
     import differank.datamodules.letor as letor
-    import differank.rankers.run.tasks as tasks
+    import differank.rankers.run.trainer_tasks as tasks
 
     script = train_module()
     phases: dict[str, float] = {}

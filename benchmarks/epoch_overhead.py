@@ -218,7 +218,7 @@ def train_py_trainer(callbacks, run_dir: Path):
     ``run_dir`` as the run directory."""
     from reproduce import train_module
 
-    from differank.rankers.run.tasks import make_trainer
+    from differank.rankers.run.trainer_tasks import make_trainer
 
     overrides = [
         "trainer.max_epochs=2",

@@ -48,7 +48,7 @@ import torch
 
 from differank.datamodules.arrays import read_letor
 from differank.datamodules.atomic_files import write_file
-from differank.datamodules.letor import LetorSplit
+from differank.datamodules.letor_split import LetorSplit
 from differank.datamodules.reader import write_letor
 from differank.rankers.checkpoints import load_checkpoint, scorer_from_checkpoint
 from differank.rankers.metrics.evaluate import evaluate_arrays
