@@ -13,6 +13,14 @@ docs/data.md#letor-files-as-arrays and docs/data.md (Parquet).
 """
 
 from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what type checkers see: the same names, from the modules of _PUBLIC
+    from differank.datamodules.arrays import read_letor as read_letor
+    from differank.datamodules.arrays import read_query_files as read_query_files
+    from differank.datamodules.parquet import ParquetColumns as ParquetColumns
+    from differank.datamodules.parquet import read_parquet as read_parquet
+    from differank.datamodules.parquet import write_parquet as write_parquet
 
 # public name -> the module that defines it
 _PUBLIC = {
@@ -25,7 +33,9 @@ _PUBLIC = {
 __all__ = sorted(_PUBLIC)
 
 
-def __getattr__(name: str):
-    if name not in _PUBLIC:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(_PUBLIC[name]), name)
+if not TYPE_CHECKING:  # type checkers see the imports above, and no other lazy name
+
+    def __getattr__(name: str) -> object:
+        if name not in _PUBLIC:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        return getattr(import_module(_PUBLIC[name]), name)

@@ -34,6 +34,7 @@ import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from rich.progress import (
     BarColumn,
@@ -342,6 +343,17 @@ def _inside(into: Path, name: str, archive: Path) -> Path:
     return target
 
 
+def _member(handle: zipfile.ZipFile | tarfile.TarFile, name: str) -> IO[bytes]:
+    """The bytes of the archive member ``name``, a file (:func:`_members` has refused links and
+    special files)."""
+    if isinstance(handle, zipfile.ZipFile):
+        return handle.open(name)
+    source = handle.extractfile(name)
+    if source is None:  # a member that is no file: _members refuses those before this
+        raise ValueError(f"archive member {name!r} is not a file")
+    return source
+
+
 def extract(archive: Path, kind: str, into: Path) -> None:
     """Unpack ``archive`` (``zip``, ``tar.gz`` or, with an external tool, ``rar``) into
     ``into``, under the budget and path rules of ``docs/data.md#downloads``."""
@@ -357,8 +369,7 @@ def extract(archive: Path, kind: str, into: Path) -> None:
                     target.mkdir(parents=True, exist_ok=True)
                     continue
                 target.parent.mkdir(parents=True, exist_ok=True)
-                source = handle.open(name) if kind == "zip" else handle.extractfile(name)
-                with source, open(target, "wb") as out:
+                with _member(handle, name) as source, open(target, "wb") as out:
                     shutil.copyfileobj(source, out, CHUNK)
     elif kind == "rar":
         tools = {
@@ -419,7 +430,7 @@ def download(
             "{train,vali,test}.txt; move it aside and run again"
         )
     fetched = archive is None
-    if fetched:
+    if archive is None:
         if dataset.url is None:
             raise RuntimeError(f"{dataset.name} cannot be downloaded automatically: {dataset.note}")
         archive = directory / ".downloads" / dataset.filename
@@ -464,11 +475,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the datasets and exit")
     args = parser.parse_args(argv)
     if args.list or args.name is None:
-        for dataset in REGISTRY.values():
-            source = dataset.url or "manual download"
-            print(f"{dataset.name:12} {source}\n{'':12} {dataset.note}".rstrip())
-            if dataset.url_source:
-                print(f"{'':12} URL form confirmed by: {dataset.url_source}")
+        for listed in REGISTRY.values():
+            source = listed.url or "manual download"
+            print(f"{listed.name:12} {source}\n{'':12} {listed.note}".rstrip())
+            if listed.url_source:
+                print(f"{'':12} URL form confirmed by: {listed.url_source}")
         return 0
     dataset = REGISTRY.get(args.name.lower())
     if dataset is None:

@@ -276,11 +276,26 @@ class LetorDataModule(pl.LightningDataModule):
                     torch.from_numpy(split.labels),
                     [split.query_rows[q] for q in split.queries],
                     split.query_ids[split.queries],
+                    weights=self._served_weights(name, split),
                 ),
                 self.max_list if name == "train" else None,
             )
             for name, split in splits.items()
         }
+
+    def _query_weights(self, split: str) -> np.ndarray | None:
+        """One weight per query of ``split`` (order of first appearance), or None: every query
+        weighs the same. Files carry no weights; :class:`~differank.datamodules.in_memory.
+        InMemoryDataModule` takes them with its arrays."""
+        return None
+
+    def _served_weights(self, name: str, split: LetorSplit) -> torch.Tensor | None:
+        weights = self._query_weights(name)
+        return (
+            None
+            if weights is None
+            else torch.as_tensor(weights[split.queries], dtype=torch.float32)
+        )
 
     def _read_files(self, files: dict[str, list[Path]]) -> dict[Path, LetorFile]:
         """Every file of the fold parsed (or from the cache; Parquet decoded) and checked by
@@ -436,22 +451,11 @@ class LetorDataModule(pl.LightningDataModule):
             }
             for name, split in splits.items()
         }
-        for name, split in splits.items():
-            self._copy_features(split, arrays[name]["features"], dropped)
-        fitted = transforms.fit(self.transform, arrays["train"]["features"])
-        if fitted is not None:
-            for name in splits:
-                fitted.apply_(arrays[name]["features"])
-        mean = np.zeros(n_features)
-        std = np.ones(n_features)
-        if self.normalization == "zscore":
-            mean, std = column_stats(arrays["train"]["features"])
+        mean, std, fitted = self._fill_features(
+            splits, {name: entry["features"] for name, entry in arrays.items()}, dropped
+        )
         for name, split in splits.items():
             features = arrays[name]["features"]
-            if self.normalization == "zscore":
-                apply_zscore(features, mean, std)
-            elif self.normalization == "query_minmax":
-                query_minmax(features, split.query_rows)
             arrays[name].update(mean=mean, std=std, **(fitted.arrays if fitted else {}))
             meta = {"rows": split.num_rows, **options, "split": name}
             meta.update(fitted.meta if fitted else {})
@@ -461,6 +465,30 @@ class LetorDataModule(pl.LightningDataModule):
             split.features = features if entry is None else entry[0]["features"]
         self._set_zscore({"mean": mean, "std": std})
         self._transform = fitted
+
+    def _fill_features(
+        self, splits: dict[str, LetorSplit], features: dict[str, np.ndarray], dropped: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, transforms.FittedTransform | None]:
+        """Each split's raw values into ``features[split]`` (float32 [N, F]) under the value
+        rules, then the feature transform and the normalization fitted on the training split,
+        in place; returns the z-score statistics (zeros and ones unless ``zscore``) and the
+        fitted transform."""
+        for name, split in splits.items():
+            self._copy_features(split, features[name], dropped)
+        fitted = transforms.fit(self.transform, features["train"])
+        if fitted is not None:
+            for name in splits:
+                fitted.apply_(features[name])
+        n_features = features["train"].shape[1]
+        mean, std = np.zeros(n_features), np.ones(n_features)
+        if self.normalization == "zscore":
+            mean, std = column_stats(features["train"])
+        for name, split in splits.items():
+            if self.normalization == "zscore":
+                apply_zscore(features[name], mean, std)
+            elif self.normalization == "query_minmax":
+                query_minmax(features[name], split.query_rows)
+        return mean, std, fitted
 
     def _set_zscore(self, stats: dict) -> None:
         if self.normalization == "zscore":

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import TypedDict
 
 import numpy as np
 import torch
@@ -34,7 +35,18 @@ import torch
 from differank.datamodules.query_batches import QueryBatchSampler
 from differank.datamodules.split_tensors import QueryBatchDataset, SplitTensors
 
-MSLR_WEB30K = {
+
+class DatasetShape(TypedDict):
+    """A LETOR data set's size: queries, documents, features, longest list, label values."""
+
+    n_queries: int
+    n_docs: int
+    n_features: int
+    max_list: int
+    labels: tuple[int, ...]
+
+
+MSLR_WEB30K: DatasetShape = {
     "n_queries": 31531,
     "n_docs": 3771125,
     "n_features": 136,

@@ -36,11 +36,18 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+from collections import Counter
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 from differank.datamodules import cache
 from differank.datamodules.folds import MissingLetorFileError
@@ -51,6 +58,7 @@ from differank.datamodules.reader import (
     check_read_options,
     default_cache_dir,
 )
+from differank.datamodules.regular_files import require_regular_file
 
 MAX_LABEL = 31  # the text rule: 2^label - 1 stays finite and exact enough in float32 sums
 QID_LIMIT = 10**18  # the text rule: at most 18 decimal digits
@@ -60,7 +68,15 @@ _VERSION = 1  # part of the split cache's key: bump when the arrays read from a 
 # MSLR-WEB30K, benchmarks/results/parquet_read.md), for a decode that is mostly a memory copy.
 _DECODE_THREADS = False
 _FOLD_STEMS = {"train": "train", "val": "vali", "test": "test"}
+# Memory per row besides the features: the label (uint8 decoded, float32 returned) and the qid
+# (int64 decoded, and its concatenated copy).
+_ROW_BYTES = 1 + 4 + 8 + 8
 INSTALL_HINT = "pip install 'differank[parquet]' (or pip install pyarrow)"
+# Footer keys of a converted file (datamodules/to_parquet.py): the sha256 of the text file it was
+# converted from, and one sha256 over every source of its conversion (the same in every file
+# written together), so that files of two conversions in one fold are told apart.
+SOURCE_SHA256 = "differank.source_sha256"
+CONVERSION_SHA256 = "differank.conversion_sha256"
 
 
 def _pyarrow():
@@ -159,16 +175,20 @@ class ParquetFile(LetorFile):
 
 def parquet_files(path) -> list[Path]:
     """``path`` itself when it is a file, else the ``*.parquet`` files of the folder ``path``
-    in name order (none is an error)."""
+    in name order (none is an error). Every one must be a regular file: a FIFO, a directory, a
+    dangling link or a link loop named ``*.parquet`` is refused by name, never skipped (the
+    split would silently train on the rest)."""
     path = Path(path).expanduser()
-    if path.is_file():
-        return [path]
-    if not path.is_dir():
+    if not os.path.lexists(path):
         raise MissingLetorFileError(f"no Parquet file or folder at {path}")
-    files = sorted(p for p in path.iterdir() if p.suffix == ".parquet" and p.is_file())
-    if not files:
+    if not path.is_dir():
+        return [require_regular_file(path, "a Parquet file")]
+    parts = sorted(p for p in path.iterdir() if p.suffix == ".parquet")
+    for part in parts:
+        require_regular_file(part, f"each *.parquet part of the split folder {path}")
+    if not parts:
         raise MissingLetorFileError(f"{path} holds no *.parquet file")
-    return files
+    return parts
 
 
 def fold_files(root, fold: int) -> dict[str, list[Path]]:
@@ -184,14 +204,41 @@ def fold_files(root, fold: int) -> dict[str, list[Path]]:
     files = {}
     for split, stem in _FOLD_STEMS.items():
         single, folder = fold_dir / f"{stem}.parquet", fold_dir / stem
-        if single.exists() and folder.exists():
+        # lexists: a dangling link or a link loop is there, and refused by name below
+        has_single, has_folder = os.path.lexists(single), os.path.lexists(folder)
+        if has_single and has_folder:
             raise ValueError(
                 f"ambiguous Parquet split: both {single} and {folder}/ exist; remove one of them"
             )
-        if not (single.exists() or folder.exists()):
+        if not (has_single or has_folder):
             raise MissingLetorFileError(f"missing Parquet split: {single} or {folder}/")
-        files[split] = parquet_files(single if single.exists() else folder)
+        files[split] = parquet_files(single if has_single else folder)
+    _check_one_conversion([path for paths in files.values() for path in paths])
     return files
+
+
+def _check_one_conversion(paths: list[Path]) -> None:
+    """The files of a fold that record a conversion (:data:`CONVERSION_SHA256`) must record
+    the same one: a fold mixing two conversions (one split converted again, or copied from
+    another fold) is refused naming both files."""
+    pa, pq = _pyarrow()
+    recorded = []
+    for path in paths:
+        try:
+            metadata = pq.read_metadata(path).metadata or {}
+        except (pa.ArrowException, OSError):  # not Parquet: _open names the file and the reason
+            continue
+        conversion = metadata.get(CONVERSION_SHA256.encode())
+        if conversion is not None:
+            recorded.append((path, conversion.decode(errors="replace")))
+    for path, conversion in recorded[1:]:
+        first_path, first = recorded[0]
+        if conversion != first:
+            raise ValueError(
+                f"{path} and {first_path} come from two conversions ({CONVERSION_SHA256} "
+                f"{conversion} and {first}): a fold mixes files converted from other text. "
+                "Convert the fold again (python -m differank.datamodules.to_parquet SRC DST)"
+            )
 
 
 def _is_numeric(pa, data_type) -> bool:
@@ -209,6 +256,12 @@ def _is_list(pa, data_type) -> bool:
 def _feature_layout(pa, schema, path: Path, columns: ParquetColumns) -> tuple[list[str], bool]:
     """The feature column names and whether they are one list column; types checked."""
     names = schema.names
+    repeated = sorted(name for name, count in Counter(names).items() if count > 1)
+    if repeated:
+        raise ValueError(
+            f"{path}: column name(s) {repeated} appear more than once; every column needs its "
+            "own name (write the file again with distinct column names)"
+        )
     for role, name in (("label", columns.label), ("qid", columns.qid)):
         if name not in names:
             raise ValueError(
@@ -415,6 +468,7 @@ class _Opened:
     width: int
     starts: np.ndarray  # first row of each row group, then the row count
     docid: str | None
+    largest_group_bytes: int  # the footer's decoded size of its largest row group
 
     @property
     def rows(self) -> int:
@@ -423,7 +477,7 @@ class _Opened:
 
 def _open(path, columns: ParquetColumns, memory_map: bool = False) -> _Opened:
     pa, pq = _pyarrow()
-    path = Path(path).expanduser()
+    path = require_regular_file(Path(path).expanduser(), "a Parquet file")  # a FIFO would block
     try:
         parquet = pq.ParquetFile(path, memory_map=memory_map)
     except (pa.ArrowException, OSError) as error:
@@ -433,9 +487,18 @@ def _open(path, columns: ParquetColumns, memory_map: bool = False) -> _Opened:
     if metadata.num_rows == 0:
         raise ValueError(f"{path}: empty file (no rows)")
     width = _list_width(pa, parquet, names[0], path) if is_list else len(names)
-    sizes = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
+    groups = [metadata.row_group(g) for g in range(metadata.num_row_groups)]
+    sizes = [group.num_rows for group in groups]
+    if metadata.num_rows != sum(sizes) or min(sizes, default=0) < 0:
+        raise ValueError(
+            f"{path}: the footer claims {metadata.num_rows} rows, its row groups {sizes}; the "
+            "file is damaged or was altered: write it again"
+        )
+    decoded = max((group.total_byte_size for group in groups), default=0)
     docid = columns.docid if columns.docid in parquet.schema_arrow.names else None
-    return _Opened(path, parquet, names, is_list, width, np.cumsum([0, *sizes]), docid)
+    return _Opened(
+        path, parquet, names, is_list, width, np.cumsum([0, *sizes]), docid, max(decoded, 0)
+    )
 
 
 def _sha256(path: Path) -> str:
@@ -471,6 +534,12 @@ def _decode(
     for group in range(len(starts) - 1):
         start, stop = int(starts[group]), int(starts[group + 1])
         table = opened.parquet.read_row_group(group, columns=read, use_threads=_DECODE_THREADS)
+        if table.num_rows != stop - start:
+            raise ValueError(
+                f"{path}: row group {group}: the footer claims {stop - start} rows, the row "
+                f"group holds {table.num_rows}; the file is damaged or was altered: write it "
+                "again"
+            )
 
         def where(row, column, group=group, start=start):
             return (
@@ -527,6 +596,30 @@ def _gib(size: float) -> str:
     return f"{size / 2**30:.2f} GiB"
 
 
+def _check_memory(opened: list[_Opened]) -> tuple[str, int]:
+    """Before anything is decoded, the sizes the files' footers claim against the available
+    memory: the float32 features, each row's label and qid as decoded and as returned
+    (``_ROW_BYTES``) and the largest row group's decoded columns (what decompression takes at
+    once). Returns the subject of a budget message and the feature cells; a footer that claims
+    more than the memory holds is refused naming the files (the budget of ``read_parquet`` and
+    of ``data.format=parquet``, docs/data.md#parquet-data)."""
+    cells = sum(o.rows * o.width for o in opened)
+    rows = sum(o.rows for o in opened)
+    memory = 4 * cells + _ROW_BYTES * rows + max(o.largest_group_bytes for o in opened)
+    subject = (
+        f"the Parquet files ({', '.join(str(o.path) for o in opened)}): {rows} rows, "
+        f"{cells} feature values as float32"
+    )
+    available = available_memory_bytes()
+    if available is not None and memory > available:
+        raise ValueError(
+            f"{subject} need {_gib(memory)} of memory, but {_gib(available)} is available; "
+            "read fewer feature columns (data.feature_columns, or ParquetColumns(features=...)) "
+            "or free memory"
+        )
+    return subject, cells
+
+
 def check_fold_budget(
     files: dict[str, list[Path]], columns: ParquetColumns, *, cache_dir=None
 ) -> None:
@@ -534,19 +627,7 @@ def check_fold_budget(
     float32 features, labels and qids must fit in the available memory, with the normalised
     copy of every split on the cache's disk; otherwise the numbers and the ways out."""
     opened = [_open(path, columns) for paths in files.values() for path in paths]
-    cells = sum(o.rows * o.width for o in opened)
-    rows = sum(o.rows for o in opened)
-    memory = 4 * cells + 9 * rows  # features, label (uint8) and qid (int64) per row
-    available = available_memory_bytes()
-    subject = (
-        f"the fold's Parquet files ({', '.join(str(o.path) for o in opened)}): {rows} rows, "
-        f"{cells} feature values as float32"
-    )
-    if available is not None and memory > available:
-        raise ValueError(
-            f"{subject} need {_gib(memory)} of memory, but {_gib(available)} is available; "
-            "read fewer feature columns (data.feature_columns) or free memory"
-        )
+    subject, cells = _check_memory(opened)
     root = Path(cache_dir or default_cache_dir()).expanduser()
     free = cache.free_disk_bytes(root)
     if 4 * cells > free:
@@ -582,12 +663,12 @@ def check_same_features(files: list[tuple[Path, list[str], int]]) -> None:
 
 
 def read_parquet(
-    path,
+    path: str | PathLike[str],
     *,
     columns: ParquetColumns | None = None,
     nan_policy: str = "error",
     null_value: float | None = None,
-    label_range=None,
+    label_range: tuple[float, float] | None = None,
     memory_map: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Features, labels and qids of a Parquet file, or of a folder's ``*.parquet`` files
@@ -614,6 +695,7 @@ def read_parquet(
     null_value, label_range = check_read_options(nan_policy, null_value, label_range)
     opened = [_open(p, columns, memory_map) for p in parquet_files(path)]
     check_same_features([(o.path, o.names, o.width) for o in opened])
+    _check_memory(opened)
     features = np.empty((sum(o.rows for o in opened), opened[0].width), np.float32)
     parts, row = [], 0
     for each in opened:
@@ -628,17 +710,18 @@ def read_parquet(
 
 
 def write_parquet(
-    path,
-    X,
-    y,
-    qid,
+    path: str | PathLike[str],
+    X: ArrayLike,
+    y: ArrayLike,
+    qid: ArrayLike,
     *,
     columns: ParquetColumns | None = None,
     list_column: bool = False,
-    null_mask=None,
-    docids=None,
+    null_mask: ArrayLike | None = None,
+    docids: Collection[object] | None = None,
     row_group_rows: int = 16_384,
     compression: str = "none",
+    metadata: Mapping[str, str] | None = None,
 ) -> Path:
     """Write rows as a Parquet file that :func:`read_parquet` reads back exactly.
 
@@ -646,7 +729,8 @@ def write_parquet(
     (int64). Feature columns are named ``columns.features`` or ``feature_1..feature_F``;
     ``list_column=True`` stores them as one fixed-size list column (``columns.features[0]`` or
     ``features``). ``null_mask`` (bool [N, F]) writes those cells as nulls (LETOR's ``NULL``);
-    ``docids`` [N] (strings) the column ``columns.docid``.
+    ``docids`` [N] (strings) the column ``columns.docid``; ``metadata``: key-value pairs kept
+    in the file's footer (the converter records its source there, :data:`SOURCE_SHA256`).
     The file is written whole or not at all (``atomic_files``); ``compression`` is Parquet's
     (``"none"`` reads fastest, ``"snappy"`` / ``"zstd"`` are smaller). Example: see
     :func:`read_parquet`.
@@ -688,6 +772,8 @@ def write_parquet(
             mask = None if null_mask is None else null_mask[:, j]
             arrays[name] = pa.array(np.ascontiguousarray(X[:, j]), mask=mask)
     table = pa.table(arrays)
+    if metadata:
+        table = table.replace_schema_metadata(dict(metadata))
     sink = pa.BufferOutputStream()
     # Dictionary pages only for the label and qid (few distinct values): float features would
     # get a dictionary of every value, a larger file that decodes slower.

@@ -34,7 +34,7 @@ import re
 import shutil
 import zlib
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -508,7 +508,8 @@ def _scan_all(
     per-chunk result vectors. The first chunk (in order) with an error raises it;
     ``width_guessed``: a row wider than the fill's arrays raises :class:`_WiderThanGuess`."""
     workers = max(1, min(2, os.cpu_count() or 1))
-    results, pending = [], []
+    results: list[np.ndarray] = []
+    pending: list[tuple[int, np.ndarray, Future]] = []  # (number, chunk, its scan)
 
     def finish():
         number, chunk, future = pending.pop(0)
@@ -640,11 +641,13 @@ def _fill(path: Path, folder: Path | None, width: int, hasher, guessed: bool) ->
         return lt.scan(chunk, True, *outputs, lt.POW10), outputs
 
     features = _FeatureAppender(folder, width)
-    parts = {name: [] for name in ("labels", "qids", "line_numbers", "null_rows", "null_cols")}
+    names = ("labels", "qids", "line_numbers", "null_rows", "null_cols")
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in names}
     present = np.zeros(width, bool)
-    docids, doc_lengths = [], []
+    docids: list[np.ndarray] = []
+    doc_lengths: list[np.ndarray] = []
     state = {"rows": 0, "lines": 0, "nonfinite": 0, "nonfinite_line": 0, "nonfinite_col": 0}
-    state["nonfinite_value"] = 0.0
+    nonfinite_value = {"first": 0.0}  # the first non-finite feature value, as the file holds it
 
     def done(number, chunk, result, outputs):
         rows, nulls = int(result[lt.R_ROWS]), int(result[lt.R_NULLS])
@@ -662,7 +665,7 @@ def _fill(path: Path, folder: Path | None, width: int, hasher, guessed: bool) ->
             state["nonfinite_line"] = state["lines"] + int(result[lt.R_NONFINITE_LINE])
             state["nonfinite_col"] = int(result[lt.R_NONFINITE_COL])
             bits = result[lt.R_NONFINITE_BITS : lt.R_NONFINITE_BITS + 1]
-            state["nonfinite_value"] = float(bits.view(np.float64)[0])
+            nonfinite_value["first"] = float(bits.view(np.float64)[0])
         state["nonfinite"] += int(result[lt.R_NONFINITE])
         state["rows"] += rows
         state["lines"] += int(result[lt.R_LINES])
@@ -691,7 +694,7 @@ def _fill(path: Path, folder: Path | None, width: int, hasher, guessed: bool) ->
         "nonfinite": state["nonfinite"],
         "nonfinite_line": state["nonfinite_line"],
         "nonfinite_feature": state["nonfinite_col"],
-        "nonfinite_value": state["nonfinite_value"],
+        "nonfinite_value": nonfinite_value["first"],
     }
     return arrays, meta
 
@@ -704,11 +707,10 @@ class _FeatureAppender:
     HEADER_BYTES = 128  # a multiple of 64, as numpy aligns it; fits any (rows, width) header
 
     def __init__(self, folder: Path | None, width: int):
-        self.width, self.rows, self.blocks = width, 0, []
-        self.path = None if folder is None else folder / "features.npy"
-        self.handle = None
-        if self.path is not None:
-            self.handle = open(self.path, "wb")
+        self.width, self.rows = width, 0
+        self.blocks: list[np.ndarray] = []  # joined in memory (no cache folder)
+        self.handle = None if folder is None else open(folder / "features.npy", "wb")
+        if self.handle is not None:
             self.handle.write(bytes(self.HEADER_BYTES))
 
     def append(self, block: np.ndarray) -> None:
@@ -721,7 +723,7 @@ class _FeatureAppender:
     def discard(self) -> None:
         if self.handle is not None:
             self.handle.close()
-            self.path.unlink()
+            Path(self.handle.name).unlink()
 
     def finish(self) -> np.ndarray:
         if self.handle is None:
@@ -735,7 +737,7 @@ class _FeatureAppender:
         self.handle.flush()
         os.fsync(self.handle.fileno())  # on disk before the entry is renamed into place
         self.handle.close()
-        return np.load(self.path, mmap_mode="r")
+        return np.load(self.handle.name, mmap_mode="r")
 
 
 def _gather_spans(chunk: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:

@@ -2,9 +2,10 @@
 
 Public API::
 
-    SplitTensors(features, labels, rows, offsets, query_ids)
-    SplitTensors.from_queries(features, labels, query_rows, query_ids)   # rows per query
+    SplitTensors(features, labels, rows, offsets, query_ids, weights=None)
+    SplitTensors.from_queries(features, labels, query_rows, query_ids, weights=None)
       .lengths                 int64 numpy [Q]: documents of each query (host metadata)
+      .weights                 float32 [Q] query weights, or None (the default: unweighted)
       .nbytes                  bytes the tensors hold
       .to(device)              one copy (through a pinned staging buffer onto a GPU)
       .batch(queries, *, max_list=None, generator=None) -> dict      # the batch contract
@@ -39,6 +40,17 @@ graphs are reused across batches instead of recompiled per length.
 uniform key, documents above the query's lowest label get +2 (kept first), and when they do not
 leave a slot one random lowest-label document gets +3; the ``max_list`` largest keys are kept,
 in file order. The draws come from ``generator`` (seeded per batch by the loaders).
+
+Query weights (``sample_weight``): ``weights`` is one float32 weight per query, finite and
+>= 0 with at least one above 0, on the tensors' device (``to`` moves it). With weights, every
+batch also holds ``"weights"`` [B], the weight of each of its queries (every batch row is a real
+query, so no row has a padding weight); without (the default), batches are exactly as before,
+with no ``"weights"`` key. The training module weighs each query's loss by it
+(:class:`differank.rankers.training.module.RankingModule`). The two outside definitions a
+caller converts from: XGBoost's ranking ``sample_weight`` is already one weight per query
+group; LightGBM's ``weight`` is one per row, and LightGBM takes a query's weight as the mean of
+its rows' weights (its objective scales each row's gradient by the row's own weight, which is
+the same when the weights are constant within a query).
 """
 
 from __future__ import annotations
@@ -101,15 +113,24 @@ def _copy_to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
 class SplitTensors:
     """One split as flat tensors (see the module docstring)."""
 
-    def __init__(self, features, labels, rows, offsets, query_ids):
+    def __init__(self, features, labels, rows, offsets, query_ids, weights=None):
         self.features = torch.as_tensor(features)
         self.labels = torch.as_tensor(labels)
         self.rows = torch.as_tensor(rows, dtype=torch.int64)
         self.offsets = torch.as_tensor(offsets, dtype=torch.int64)
         self.query_ids = torch.as_tensor(query_ids, dtype=torch.int64)
+        self.weights = (
+            None
+            if weights is None
+            else torch.as_tensor(weights, dtype=torch.float32, device=self.features.device)
+        )
         _check_layout(self.features, self.labels, self.rows, self.offsets, self.query_ids)
         self._host_offsets = self.offsets.cpu().numpy()
         self._host_query_ids = self.query_ids.cpu().numpy()
+        # host copy, like the ids: a batch's weights go to the device as one small copy
+        self._host_weights = (
+            None if weights is None else _checked_weights(self.weights, self._host_query_ids)
+        )
         self.lengths = np.diff(self._host_offsets)
         self.device = self.features.device
         # Rows in file order, one query after another (the usual file): no row gather needed.
@@ -121,27 +142,29 @@ class SplitTensors:
         self._host_rows = None if self._rows_in_order else self.rows.cpu().numpy()
 
     @classmethod
-    def from_queries(cls, features, labels, query_rows: Sequence[np.ndarray], query_ids):
-        """From one row array per query (the queries served, in order)."""
+    def from_queries(
+        cls, features, labels, query_rows: Sequence[np.ndarray], query_ids, weights=None
+    ):
+        """From one row array per query (the queries served, in order), and optionally one
+        weight per query (in the same order)."""
         lengths = np.asarray([len(r) for r in query_rows], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths)])
         rows = np.concatenate(query_rows) if len(query_rows) else np.zeros(0, np.int64)
-        return cls(features, labels, rows, offsets, np.asarray(query_ids))
+        return cls(features, labels, rows, offsets, np.asarray(query_ids), weights)
+
+    def _tensors(self) -> list[torch.Tensor]:
+        tensors = [self.features, self.labels, self.rows, self.offsets, self.query_ids]
+        return tensors if self.weights is None else [*tensors, self.weights]
 
     @property
     def nbytes(self) -> int:
-        tensors = (self.features, self.labels, self.rows, self.offsets, self.query_ids)
-        return sum(t.nbytes for t in tensors)
+        return sum(t.nbytes for t in self._tensors())
 
     def to(self, device) -> SplitTensors:
         device = torch.device(device)
         if device == self.device:
             return self
-        moved = [
-            _copy_to(t, device)
-            for t in (self.features, self.labels, self.rows, self.offsets, self.query_ids)
-        ]
-        return SplitTensors(*moved)
+        return SplitTensors(*(_copy_to(t, device) for t in self._tensors()))
 
     def cap(self, max_list: int | None = None) -> int:
         """The longest list of the split (after ``max_list``): the largest L."""
@@ -177,13 +200,16 @@ class SplitTensors:
         if len(slots):
             features.view(-1, features.shape[-1]).index_fill_(0, self._device(slots), 0.0)
         labels = self.labels.index_select(0, doc.reshape(-1)).view_as(doc)
-        return {
+        batch = {
             "features": features,
             "labels": labels.mul_(mask),
             "mask": mask,
             "qid": self._device(self._host_query_ids[queries]),
             "doc_index": doc.masked_fill(~mask, -1),
         }
+        if self._host_weights is not None:
+            batch["weights"] = self._device(self._host_weights[queries])
+        return batch
 
     def _checked_queries(self, queries) -> np.ndarray:
         """``queries`` as int64 positions, each in [0, Q): numpy would wrap a negative one to
@@ -307,6 +333,27 @@ def _check_layout(features, labels, rows, offsets, query_ids) -> None:
         )
 
 
+def _checked_weights(weights: torch.Tensor, query_ids: np.ndarray) -> np.ndarray:
+    """``weights`` on the host once checked: one per query, finite and >= 0, not all 0 (a
+    negative weight would turn a query's loss into a reward; all zero would train nothing).
+    Each error names the first bad query position and value."""
+    host, num_queries = weights.cpu().numpy(), len(query_ids)
+    if host.shape != (num_queries,):
+        raise ValueError(
+            f"weights must be one per query, shape ({num_queries},); got {tuple(host.shape)}"
+        )
+    bad = ~np.isfinite(host) | (host < 0)
+    if bad.any():
+        q = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"query weights must be finite and >= 0; query {q} (id {query_ids[q]}) has "
+            f"weight {host[q]}"
+        )
+    if not (host > 0).any():
+        raise ValueError(f"every one of the {num_queries} query weights is 0: nothing would train")
+    return host
+
+
 def _padding_slots(real: np.ndarray, width: int) -> np.ndarray:
     """Flat indices (into ``[B * width]``) of the padding slots of lists of ``real`` documents,
     from the host's lengths: zeroing just these rows writes only the padding (a multiply with
@@ -326,7 +373,8 @@ def _as_built(batch: dict) -> dict:
 class QueryBatchDataset(Dataset):
     """Queries of one split for a DataLoader with a batch sampler: ``__getitems__`` takes a
     batch of keys (query positions, or ``(position, draw_seed)`` pairs to draw ``max_list``
-    subsamples; the first draw seed seeds the batch's generator) and returns the whole batch."""
+    subsamples; the first draw seed seeds the batch's generator) and returns the whole batch.
+    A weighted split's batches carry its ``"weights"`` (the tensors' batch contract)."""
 
     collate_fn = staticmethod(_as_built)
 

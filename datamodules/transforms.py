@@ -98,6 +98,8 @@ class GaussRank(nn.Module):
     """
 
     name = "gaussrank"
+    knots: torch.Tensor  # buffers (register_buffer), [F, K'] after the padding below
+    values: torch.Tensor
 
     def __init__(self, knots: torch.Tensor, values: torch.Tensor) -> None:
         super().__init__()

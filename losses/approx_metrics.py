@@ -7,8 +7,14 @@ from __future__ import annotations
 import torch
 
 from differank.losses.algorithms.dcg import dcg_gains, ideal_dcg
-from differank.losses.inputs import finite_scores, list_inputs, list_loss, nan_for_nonfinite_scores
-from differank.losses.module_form import LossModule
+from differank.losses.inputs import (
+    decorated_mask,
+    finite_scores,
+    list_inputs,
+    list_loss,
+    nan_for_nonfinite_scores,
+)
+from differank.losses.module_form import PAIRWISE, LossModule
 from differank.losses.options import OPTIONAL_COUNT, POSITIVE
 from differank.losses.reduction import check_reduction, reduce_queries
 
@@ -61,7 +67,7 @@ def approx_metric_loss(
     """
     check_reduction(reduction)
     check_metric_options(metric, k, temperature)
-    scores, labels, mask, valid = list_inputs(scores, labels, mask)
+    scores, labels, mask, valid = list_inputs(scores, labels, decorated_mask(mask))
     safe = finite_scores(scores, mask)
     above = torch.sigmoid((safe.unsqueeze(-2) - safe.unsqueeze(-1)) / temperature)
     pair = mask.unsqueeze(-2) & ~torch.eye(safe.shape[-1], dtype=torch.bool, device=safe.device)
@@ -89,5 +95,5 @@ def approx_metric_loss(
     return reduce_queries(per_query, valid, reduction)
 
 
-class ApproxMetricLoss(LossModule, function=approx_metric_loss):
+class ApproxMetricLoss(LossModule, function=approx_metric_loss, memory=PAIRWISE):
     """Module form of :func:`approx_metric_loss`."""

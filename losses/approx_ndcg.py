@@ -7,8 +7,14 @@ import torch
 
 from differank.losses.algorithms.chunks import query_chunks
 from differank.losses.algorithms.dcg import dcg_gains, ideal_dcg
-from differank.losses.inputs import finite_scores, list_inputs, list_loss, nan_for_nonfinite_scores
-from differank.losses.module_form import LossModule
+from differank.losses.inputs import (
+    decorated_mask,
+    finite_scores,
+    list_inputs,
+    list_loss,
+    nan_for_nonfinite_scores,
+)
+from differank.losses.module_form import PAIRWISE, LossModule
 from differank.losses.options import NON_NEGATIVE, POSITIVE
 from differank.losses.reduction import check_reduction, reduce_queries
 
@@ -99,7 +105,7 @@ def approx_ndcg_loss(
     check_reduction(reduction)
     POSITIVE.check("approx_ndcg_loss", alpha=alpha)
     NON_NEGATIVE.check("approx_ndcg_loss", eps=eps)
-    scores, labels, mask, valid = list_inputs(scores, labels, mask)
+    scores, labels, mask, valid = list_inputs(scores, labels, decorated_mask(mask))
     safe = finite_scores(scores, mask)
     gains = dcg_gains(labels, mask)
     normalized = gains / ideal_dcg(gains).clamp(min=eps).unsqueeze(-1)
@@ -109,5 +115,5 @@ def approx_ndcg_loss(
     return reduce_queries(per_query, valid, reduction)
 
 
-class ApproxNDCGLoss(LossModule, function=approx_ndcg_loss):
+class ApproxNDCGLoss(LossModule, function=approx_ndcg_loss, memory=PAIRWISE):
     """Module form of :func:`approx_ndcg_loss`."""

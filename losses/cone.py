@@ -36,6 +36,7 @@ from differank.losses.inputs import (
     batch_result,
     check_list_inputs,
     compute_dtype,
+    decorated_mask,
     finite_label_mask,
     finite_scores,
     float_labels,
@@ -45,6 +46,7 @@ from differank.losses.inputs import (
     nonempty_lists,
     single_query,
 )
+from differank.losses.module_form import LISTWISE, PAIRWISE, ListMemory
 from differank.losses.options import (
     NON_NEGATIVE,
     OPTIONAL_COUNT,
@@ -171,7 +173,7 @@ def cone_loss(
         0.382
     """
     loss, _ = _cone_loss_and_support(
-        features, labels, mask, basis, ConeOptions(**options), generator=generator,
+        features, labels, decorated_mask(mask), basis, ConeOptions(**options), generator=generator,
         reduction=reduction,
     )  # fmt: skip
     return loss
@@ -360,6 +362,12 @@ class ConeLoss(nn.Module):
         self.reduction = check_reduction(reduction)
         self.warm_start = warm_start
         self._support: torch.Tensor | None = None  # the last call's supports (warm start)
+
+    @property
+    def memory(self) -> ListMemory:
+        """Every pair (``max_pairs_per_query=None``): the B·L² slot pairs (each of F features
+        more); a fixed number of pairs per query: the [B, L, K] projections and [B, P] pairs."""
+        return PAIRWISE if self.options.max_pairs_per_query is None else LISTWISE
 
     def extra_repr(self) -> str:
         return f"{self.options}, warm_start={self.warm_start}, reduction={self.reduction!r}"

@@ -31,6 +31,7 @@ from differank.losses.inputs import (
     nan_for_nonfinite_scores,
     single_query,
 )
+from differank.losses.module_form import PAIRWISE, ListMemory
 from differank.losses.options import COUNT, FINITE, OPTIONAL_COUNT, keyword_options
 from differank.losses.reduction import check_reduction, reduce_queries
 
@@ -138,8 +139,10 @@ def convex_loss(
     (the most distinct labels per query; 5 covers LETOR 4.0 and MSLR), and a query with more
     distinct labels gets a NaN loss (other queries are unaffected). Extra empty levels change no
     result, so both paths agree where both apply. Without ``generator`` the sampler draws from
-    the global RNG, which is what a compiled call must use (a ``torch.Generator`` cannot enter a
-    ``fullgraph`` graph): reproducible through ``torch.manual_seed``.
+    the CPU's global RNG, which is what a compiled call must use (a ``torch.Generator`` cannot
+    enter a ``fullgraph`` graph): reproducible through ``torch.manual_seed``. Draws are made on
+    the CPU (on the generator's device, for a device generator) and moved to the scores' device,
+    so the same seed gives the same rankings on every device.
 
     Shape:
         scores, labels, mask: [B, L]; samples: int64 [B, S, L] orders (row s lists document
@@ -289,7 +292,7 @@ class ConvexLoss(nn.Module):
     (queries with equal rows then share a sample set, which is as valid for one as the other).
     A new epoch starts at :meth:`next_epoch` or whenever the module goes back to training mode
     (Lightning validates in eval mode between training epochs). ``seed`` makes the module's
-    own sample stream reproducible.
+    own sample stream reproducible: a CPU generator, the same rankings on every device.
 
     Compiled (``torch.compile``), the module keeps no Python state per call: the per-query
     sample cache of ``refresh="epoch"`` is skipped (every call draws fresh samples, as with
@@ -320,6 +323,14 @@ class ConvexLoss(nn.Module):
         self.generator: torch.Generator | None = None
         self.epoch = 0
         self.cache: dict = {}  # key -> (epoch drawn, mask row, orders of the real docs [S, n])
+
+    @property
+    def memory(self) -> ListMemory:
+        """The pair space's closed form holds [B, L, L] pair terms; the sampler O(B·S·L): per
+        sample a coefficient row, and the walk's count and position rows."""
+        if self.options.space == "pairs":
+            return PAIRWISE
+        return ListMemory(power=1, tensors=3 * self.options.num_samples)
 
     def extra_repr(self) -> str:
         return f"{self.options}, reduction={self.reduction!r}, refresh={self.refresh!r}"
@@ -359,22 +370,24 @@ class ConvexLoss(nn.Module):
             samples = self._samples(scores, labels, mask, qid)
         loss = _convex_loss(
             scores, labels, mask, self.options, samples=samples,
-            generator=self._generator(scores.device), reduction=self.reduction,
+            generator=self._generator(), reduction=self.reduction,
         )  # fmt: skip
         return batch_result(loss, unbatched)
 
-    def _generator(self, device: torch.device) -> torch.Generator | None:
-        # compiled: the global RNG (a Generator object breaks a fullgraph trace)
+    def _generator(self) -> torch.Generator | None:
+        # compiled: the global RNG (a Generator object breaks a fullgraph trace). A CPU
+        # generator on every device: the sampler draws on the CPU and moves the draws, so the
+        # seed gives the same rankings on a CUDA device as on the CPU
         if self.seed is None or torch.compiler.is_compiling():
             return None
-        if self.generator is None or self.generator.device != torch.device(device):
-            self.generator = torch.Generator(device=device).manual_seed(self.seed)
+        if self.generator is None:
+            self.generator = torch.Generator().manual_seed(self.seed)
         return self.generator
 
     def _draw(self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         tables = _tables(labels, mask, self.options, scores.dtype)
         safe = torch.where(mask, scores, torch.zeros_like(scores)).detach()
-        generator = self._generator(scores.device)
+        generator = self._generator()
         return _sample(safe, tables, self.options, generator, keep_orders=True).orders
 
     def _samples(

@@ -26,6 +26,7 @@ from torch import nn
 
 from differank.losses.inputs import (
     compute_dtype,
+    decorated_mask,
     finite_scores,
     in_dtype,
     list_inputs,
@@ -33,6 +34,7 @@ from differank.losses.inputs import (
     nan_for_nonfinite_scores,
     query_documents,
 )
+from differank.losses.module_form import LISTWISE, ListMemory
 from differank.losses.options import COUNT, OPTIONAL_COUNT, POSITIVE, Allowed
 from differank.losses.reduction import check_reduction, reduce_queries
 from differank.losses.softmax import softmax_cross_entropy
@@ -157,8 +159,7 @@ def distill_loss(
             f"teacher_scores must match scores {list(scores.shape)}, got shape "
             f"{tuple(teacher_scores.shape)}: one teacher score per document"
         )
-    if mask is None:  # list_loss has given every call a mask; this tells the type checker
-        mask = torch.ones(labels.shape, dtype=torch.bool, device=labels.device)
+    mask = decorated_mask(mask)
     # one cast to the compute dtype, shared by both terms: their gradients add up before the
     # single cast back to a half input's dtype
     scores = in_dtype(scores, compute_dtype(scores.dtype))
@@ -243,6 +244,14 @@ class DistillLoss(nn.Module):
             num_samples=self.num_samples,
             reduction=self.reduction,
         )
+
+    @property
+    def memory(self) -> ListMemory:
+        """The distillation terms are O(B·L) (RankDistil's samples: O(B·S·L)); the label loss,
+        when there is one, may need more."""
+        own = ListMemory(power=1, tensors=LISTWISE.tensors + 2 * self.num_samples)
+        label = getattr(self.label_loss, "memory", own)
+        return label if (label.power, label.tensors) > (own.power, own.tensors) else own
 
     def extra_repr(self) -> str:
         return (

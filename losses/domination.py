@@ -24,12 +24,14 @@ from torch.nn import functional as F
 from differank.losses.algorithms.pairs import label_levels, preference_mask
 from differank.losses.inputs import (
     check_list_inputs,
+    decorated_mask,
     finite_scores,
     list_inputs,
     list_loss,
     may_read_values,
     nan_for_nonfinite_scores,
 )
+from differank.losses.module_form import LISTWISE
 from differank.losses.options import FINITE
 from differank.losses.reduction import check_reduction, reduce_queries
 
@@ -155,6 +157,7 @@ def domination_loss(
         >>> domination_loss(scores, labels, mask)  # log(1 + e^0)
         tensor(0.6931)
     """
+    mask = decorated_mask(mask)
     check_list_inputs(scores, labels, mask)
     check_reduction(reduction)
     FINITE.check("domination_loss", margin_scale=margin_scale, margin_offset=margin_offset)
@@ -191,7 +194,7 @@ def domination_loss(
         g, real_labels = g.reshape(1, -1), real_labels.reshape(1, -1)
         scores, mask = scores.reshape(1, -1), mask.reshape(1, -1)
 
-    if pairwise:
+    if pairwise and margins is not None:  # pairwise: margins [B, L, L]
         # C_i = logsumexp_{j ∈ D(i)} (g_j + Δ(i, j)), a masked reduction over [B, L, L].
         dominated = preference_mask(real_labels, mask)
         below = _masked_logsumexp(g.unsqueeze(-2) + margins, dominated, dim=-1)
@@ -241,6 +244,10 @@ class DominationLoss(nn.Module):
         >>> loss(scores, labels, torch.ones(2, 3, dtype=torch.bool)).shape
         torch.Size([])
     """
+
+    layer_margins: torch.Tensor | None  # a buffer (register_buffer)
+    # O(B·L) scatters and level sums; [B, L, L] margins are a call's argument, not an option
+    memory = LISTWISE
 
     def __init__(
         self,

@@ -20,12 +20,13 @@ from differank.losses.algorithms.ndcg_assignment import (
 )
 from differank.losses.algorithms.pairs import NUM_LEVELS, valid_queries
 from differank.losses.inputs import (
+    decorated_mask,
     finite_scores,
     list_inputs,
     list_loss,
     nan_for_nonfinite_scores,
 )
-from differank.losses.module_form import LossModule
+from differank.losses.module_form import PAIRWISE, LossModule
 from differank.losses.options import COUNT
 from differank.losses.reduction import check_reduction, reduce_queries
 
@@ -133,7 +134,7 @@ def structured_hinge_loss(
     """
     _check_options(k, ystar, solver, num_levels)
     check_reduction(reduction)
-    scores, labels, mask, _ = list_inputs(scores, labels, mask)
+    scores, labels, mask, _ = list_inputs(scores, labels, decorated_mask(mask))
     safe_scores = finite_scores(scores, mask)
     weight_hat, weight_star, delta, valid = hinge_inference(
         safe_scores.detach(), labels, mask, k=k, ystar=ystar, solver=solver, num_levels=num_levels
@@ -143,7 +144,7 @@ def structured_hinge_loss(
     return reduce_queries(per_query, valid, reduction)
 
 
-class StructuredHingeLoss(LossModule, function=structured_hinge_loss):
+class StructuredHingeLoss(LossModule, function=structured_hinge_loss, memory=PAIRWISE):
     """Module form of :func:`structured_hinge_loss` (no learnable parameters).
 
     Example:

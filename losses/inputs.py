@@ -38,10 +38,13 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from typing import Any, ParamSpec, cast
 
 import torch
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+Parameters = ParamSpec("Parameters")  # a decorated loss's own parameters
 
 # The other layout in place of the expected one is the common mistake of pairing a scorer with
 # the wrong kind of loss: the message says what the loss expects.
@@ -138,21 +141,51 @@ def batch_result(loss: torch.Tensor, unbatched: bool) -> torch.Tensor:
     return loss.squeeze(0) if unbatched and loss.dim() == 1 else loss
 
 
-def list_loss(*, features: bool = False) -> Callable[[Callable], Callable]:
+def list_loss(
+    *, features: bool = False
+) -> Callable[[Callable[Parameters, torch.Tensor]], Callable[Parameters, torch.Tensor]]:
     """Decorate a loss ``function(values, labels, mask, *rest, **keywords)`` written for
     batched tensors with the rule's shapes: ``mask=None`` (every document real), 0/1 masks and
     one unbatched query (:func:`single_query`, :func:`batch_result`). ``features``: the values
-    are ConeRank's ``[B, L, F]`` features."""
+    are ConeRank's ``[B, L, F]`` features.
 
-    def decorate(function: Callable) -> Callable:
+    The decorated loss keeps ``function``'s signature, for ``help()`` and for type checkers: the
+    body is written with the public parameters (``mask: Tensor | None = None``) and narrows the
+    mask it is given with :func:`decorated_mask`."""
+
+    def decorate(
+        function: Callable[Parameters, torch.Tensor],
+    ) -> Callable[Parameters, torch.Tensor]:
+        body: Callable[..., torch.Tensor] = function  # called with the normalised tensors
+
         @functools.wraps(function)
-        def loss(values, labels, mask=None, *rest, **keywords):
+        def loss(
+            values: torch.Tensor,
+            labels: torch.Tensor,
+            mask: torch.Tensor | None = None,
+            *rest: Any,
+            **keywords: Any,
+        ) -> torch.Tensor:
             values, labels, mask, unbatched = single_query(values, labels, mask, features=features)
-            return batch_result(function(values, labels, mask, *rest, **keywords), unbatched)
+            return batch_result(body(values, labels, mask, *rest, **keywords), unbatched)
 
-        return loss
+        # The wrapper takes exactly `function`'s arguments (it only normalises the first three),
+        # which its written signature cannot say.
+        return cast("Callable[Parameters, torch.Tensor]", loss)
 
     return decorate
+
+
+def decorated_mask(mask: torch.Tensor | None) -> torch.Tensor:
+    """The mask of a loss body decorated with :func:`list_loss`, which has made ``mask=None``
+    a bool mask of real documents before the body runs: narrows the public parameter's type.
+    ``None`` here means the body was called undecorated (``loss.__wrapped__``), a TypeError."""
+    if mask is None:
+        raise TypeError(
+            "a loss body got mask=None: call the decorated loss (None there means every "
+            "document is real) or pass a [B, L] bool mask"
+        )
+    return mask
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -9,8 +9,14 @@ import torch
 
 from differank.losses.algorithms.chunks import query_chunks
 from differank.losses.algorithms.dcg import dcg_gains, ideal_dcg, position_discounts
-from differank.losses.inputs import finite_scores, list_inputs, list_loss, nan_for_nonfinite_scores
-from differank.losses.module_form import LossModule
+from differank.losses.inputs import (
+    decorated_mask,
+    finite_scores,
+    list_inputs,
+    list_loss,
+    nan_for_nonfinite_scores,
+)
+from differank.losses.module_form import PAIRWISE, LossModule
 from differank.losses.options import NON_NEGATIVE, OPTIONAL_COUNT, POSITIVE
 from differank.losses.reduction import check_reduction, reduce_queries
 
@@ -167,7 +173,7 @@ def lambda_loss(
     """
     check_reduction(reduction)
     check_lambda_options(weighting, k, sigma, mu, eps, logarithm)
-    scores, labels, mask, valid = list_inputs(scores, labels, mask)
+    scores, labels, mask, valid = list_inputs(scores, labels, decorated_mask(mask))
     safe = finite_scores(scores, mask)
     gains = dcg_gains(labels, mask)
     max_dcg = ideal_dcg(gains, k).clamp(min=eps)
@@ -196,5 +202,5 @@ def lambda_loss(
     return reduce_queries(per_query, valid, reduction)
 
 
-class LambdaLoss(LossModule, function=lambda_loss):
+class LambdaLoss(LossModule, function=lambda_loss, memory=PAIRWISE):
     """Module form of :func:`lambda_loss`."""

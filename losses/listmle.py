@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from differank.losses.inputs import list_inputs, list_loss, query_documents
-from differank.losses.module_form import LossModule
+from differank.losses.module_form import LISTWISE, LossModule
 from differank.losses.options import NON_NEGATIVE
 from differank.losses.reduction import check_reduction, reduce_queries
 
@@ -72,8 +72,10 @@ class _PlackettLuce(torch.autograd.Function):
             tails.add_(alpha == 0)
         ctx.eps = eps
         ctx.save_for_backward(mask, order, alpha, shifted, exps, tails, top.mul_(0.0))
-        terms = tails.log().sub_(shifted)
-        return torch.linalg.vecdot(terms, alpha)
+        # Σ_i α_i·term_i as a product and a sum, not linalg.vecdot: autocast (16-mixed) casts
+        # vecdot to float16, where a padded term (about finfo.min / 2 in size) is inf and its
+        # weight 0 makes the query NaN
+        return tails.log().sub_(shifted).mul_(alpha).sum(dim=-1)
 
     @staticmethod
     def backward(ctx, grad):
@@ -170,5 +172,5 @@ def listmle_loss(
     )
 
 
-class ListMLELoss(LossModule, function=listmle_loss):
+class ListMLELoss(LossModule, function=listmle_loss, memory=LISTWISE):
     """Module form of :func:`listmle_loss`."""

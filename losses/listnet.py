@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from differank.losses.inputs import list_inputs, list_loss, query_documents
-from differank.losses.module_form import LossModule
+from differank.losses.inputs import decorated_mask, list_inputs, list_loss, query_documents
+from differank.losses.module_form import LISTWISE, LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
 from differank.losses.softmax import softmax_cross_entropy
 
@@ -36,7 +36,7 @@ def listnet_loss(
         tensor(0.6931)
     """
     check_reduction(reduction)
-    scores, labels, mask, valid = list_inputs(scores, labels, mask)
+    scores, labels, mask, valid = list_inputs(scores, labels, decorated_mask(mask))
     real = query_documents(mask, valid)
     # the labels' top-one distribution over the real documents: padding (and every slot of a
     # query without a pair) enters as the dtype's most negative label, probability an exact 0
@@ -45,5 +45,5 @@ def listnet_loss(
     return reduce_queries(per_query, valid, reduction)
 
 
-class ListNetLoss(LossModule, function=listnet_loss):
+class ListNetLoss(LossModule, function=listnet_loss, memory=LISTWISE):
     """Module form of :func:`listnet_loss`."""

@@ -6,6 +6,12 @@ function with them, and a ``repr`` listing them.
 Losses whose module does more than store options (ConeRank's basis and warm start, ConvexLoss'
 sample refresh, the domination loss' margin buffer) keep a class of their own.
 :func:`loss_classes` finds every loss class, of either kind, in the files of ``losses/``.
+
+Every loss class states how its memory grows with the list length L as ``memory``, a
+:class:`ListMemory` (:data:`LISTWISE` O(B·L), :data:`PAIRWISE` O(B·L²)): a class attribute set
+by ``class FooLoss(LossModule, function=foo_loss, memory=LISTWISE)``, or a property where the
+options decide. The training module refuses a batch whose need passes the memory budget before
+the allocator sees it (:mod:`differank.rankers.training.list_memory`).
 """
 
 from __future__ import annotations
@@ -15,10 +21,50 @@ import inspect
 import pkgutil
 import types
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
+
+
+@dataclass(frozen=True)
+class ListMemory:
+    """A loss's memory for a batch of B lists of L slots: ``tensors`` tensors of ``B·L^power``
+    elements of the compute dtype alive at the peak of forward + backward (an estimate, meant
+    to catch the request no machine holds, not to budget to the byte).
+
+    Example:
+        >>> round(PAIRWISE.bytes(batch=1, length=10**6, itemsize=4) / 2**40, 1)  # TiB: one query
+        21.8
+        >>> str(PAIRWISE), str(LISTWISE)
+        ('O(B·L²)', 'O(B·L)')
+    """
+
+    power: int  # 1: O(B·L) (pointwise, listwise, sampled); 2: O(B·L²) (every pair)
+    tensors: int
+
+    def bytes(self, batch: int, length: int, itemsize: int) -> int:
+        return self.tensors * batch * length**self.power * itemsize
+
+    def longest_list(self, batch: int, itemsize: int, budget: int) -> int:
+        """The longest list L whose batch of ``batch`` lists needs at most ``budget`` bytes."""
+        per_slot = budget / (self.tensors * batch * itemsize)
+        length = int(per_slot ** (1 / self.power))
+        while length > 0 and self.bytes(batch, length, itemsize) > budget:  # float rounding
+            length -= 1
+        return length
+
+    def __str__(self) -> str:
+        return "O(B·L)" if self.power == 1 else f"O(B·L{'²' if self.power == 2 else self.power})"
+
+
+# A few [B, L] tensors per document: the listwise and pointwise losses' scores, labels, masks,
+# softmax or cumulative sums and their gradients.
+LISTWISE = ListMemory(power=1, tensors=16)
+# [B, L, L] tensors of the compute dtype besides the bool pair mask: RankNet's float32 step at
+# B = 4, L = 2000 peaked at 21 bytes per pair on the CPU, about 5 tensors and a mask.
+PAIRWISE = ListMemory(power=2, tensors=6)
 
 
 class LossModule(nn.Module):
@@ -37,11 +83,18 @@ class LossModule(nn.Module):
     """
 
     function: ClassVar[Callable[..., torch.Tensor]]
+    memory: ClassVar[ListMemory]  # how the loss's memory grows with L (module docstring)
 
     def __init_subclass__(
-        cls, *, function: Callable[..., torch.Tensor] | None = None, **kwargs: Any
+        cls,
+        *,
+        function: Callable[..., torch.Tensor] | None = None,
+        memory: ListMemory | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init_subclass__(**kwargs)
+        if memory is not None:
+            cls.memory = memory
         if function is None:  # a subclass of a loss module keeps its parent's function
             return
         cls.function = staticmethod(function)
@@ -55,10 +108,15 @@ class LossModule(nn.Module):
             LossModule.__init__(self, **options)
 
         self_parameter = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        __init__.__signature__ = inspect.Signature([self_parameter, *keywords])
+        # inspect reads __signature__ from any callable; typeshed's functions do not declare it
+        __init__.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [self_parameter, *keywords]
+        )
         __init__.__doc__ = f"The keyword options of :func:`{function.__name__}`."
-        cls.__init__ = __init__
-        cls.forward = _own_copy(LossModule.forward, cls)
+        # the class's methods are made here, from its function: assigning them is the point
+        # (and LossModule.forward, read from the class, is the plain function mypy calls a method)
+        cls.__init__ = __init__  # type: ignore[method-assign]
+        cls.forward = _own_copy(LossModule.forward, cls)  # type: ignore[method-assign, arg-type]
         if cls.__doc__ is None:
             cls.__doc__ = f"Module form of :func:`{function.__name__}`."
 
@@ -97,8 +155,8 @@ def _own_copy(method: types.FunctionType, cls: type) -> types.FunctionType:
     a new code object; where code objects carry a qualified name (Python 3.11+) it names
     ``cls`` too, so tracebacks and compile logs say which loss ran."""
     qualname = f"{cls.__qualname__}.{method.__name__}"
-    if hasattr(method.__code__, "co_qualname"):
-        code = method.__code__.replace(co_qualname=qualname)
+    if hasattr(method.__code__, "co_qualname"):  # mypy checks as Python 3.10, which has none
+        code = method.__code__.replace(co_qualname=qualname)  # type: ignore[call-arg]
     else:  # Python 3.10: no co_qualname, the function's __qualname__ alone names the class
         code = method.__code__.replace()
     copy = types.FunctionType(code, method.__globals__, method.__name__, method.__defaults__)

@@ -12,8 +12,14 @@ from differank.losses.algorithms.soft_sorting import (
     position_mask,
     sinkhorn_scalings,
 )
-from differank.losses.inputs import finite_scores, list_inputs, list_loss, nan_for_nonfinite_scores
-from differank.losses.module_form import LossModule
+from differank.losses.inputs import (
+    decorated_mask,
+    finite_scores,
+    list_inputs,
+    list_loss,
+    nan_for_nonfinite_scores,
+)
+from differank.losses.module_form import PAIRWISE, LossModule
 from differank.losses.options import COUNT, NON_NEGATIVE, OPTIONAL_COUNT, POSITIVE
 from differank.losses.reduction import check_reduction, reduce_queries
 
@@ -83,7 +89,7 @@ def neural_ndcg_loss(
     """
     check_reduction(reduction)
     check_neural_options(temperature, k, n_samples, beta, sinkhorn_iterations, sinkhorn_tolerance)
-    scores, labels, mask, valid = list_inputs(scores, labels, mask)
+    scores, labels, mask, valid = list_inputs(scores, labels, decorated_mask(mask))
     safe = finite_scores(scores, mask)
     gains = dcg_gains(labels, mask, powered=powered_relevancies)
     ideal = ideal_dcg(gains, k)
@@ -120,5 +126,5 @@ def neural_ndcg_loss(
     return reduce_queries(per_query, valid, reduction)
 
 
-class NeuralNDCGLoss(LossModule, function=neural_ndcg_loss):
+class NeuralNDCGLoss(LossModule, function=neural_ndcg_loss, memory=PAIRWISE):
     """Module form of :func:`neural_ndcg_loss`."""

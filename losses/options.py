@@ -104,7 +104,10 @@ def keyword_options(options_class: type) -> Callable[[Function], Function]:
         ]
         first_keyword = next((i for i, p in enumerate(own) if p.kind is p.KEYWORD_ONLY), len(own))
         parameters = own[:first_keyword] + fields + own[first_keyword:]
-        function.__signature__ = signature.replace(parameters=parameters)
+        # inspect reads __signature__ from any callable; typeshed's callables do not declare it
+        function.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=parameters
+        )
         return function
 
     return decorate

@@ -12,13 +12,14 @@ import torch
 from torch.nn import functional as F
 
 from differank.losses.inputs import (
+    decorated_mask,
     finite_scores,
     list_inputs,
     list_loss,
     may_read_values,
     nan_for_nonfinite_scores,
 )
-from differank.losses.module_form import LossModule
+from differank.losses.module_form import LISTWISE, LossModule
 from differank.losses.options import COUNT, POSITIVE
 from differank.losses.reduction import check_reduction, reduce_queries
 
@@ -72,7 +73,7 @@ def sigmoid_bce_loss(
         targets = (real_labels / max_label).clamp(0.0, 1.0)
         return F.binary_cross_entropy_with_logits(safe, targets, reduction="none")
 
-    return _per_document_sum(scores, labels, mask, document_loss, reduction)
+    return _per_document_sum(scores, labels, decorated_mask(mask), document_loss, reduction)
 
 
 @list_loss()
@@ -93,9 +94,11 @@ def mse_loss(
         >>> mse_loss(torch.tensor([[0.0, 0.0]]), torch.tensor([[2, 0]]), mask)
         tensor(4.)
     """
-    return _per_document_sum(
-        scores, labels, mask, lambda safe, real_labels: (safe - real_labels).square(), reduction
-    )
+
+    def document_loss(safe, real_labels):
+        return (safe - real_labels).square()
+
+    return _per_document_sum(scores, labels, decorated_mask(mask), document_loss, reduction)
 
 
 def check_ordinal_options(n: int, thresholds: Sequence[float] | torch.Tensor | None) -> None:
@@ -167,16 +170,18 @@ def ordinal_loss(
         logits = safe.unsqueeze(-1) - theta
         return F.binary_cross_entropy_with_logits(logits, answers, reduction="none").sum(-1)
 
-    return _per_document_sum(scores, labels, mask, document_loss, reduction, average=True)
+    return _per_document_sum(
+        scores, labels, decorated_mask(mask), document_loss, reduction, average=True
+    )
 
 
-class SigmoidBCELoss(LossModule, function=sigmoid_bce_loss):
+class SigmoidBCELoss(LossModule, function=sigmoid_bce_loss, memory=LISTWISE):
     """Module form of :func:`sigmoid_bce_loss`."""
 
 
-class MSELoss(LossModule, function=mse_loss):
+class MSELoss(LossModule, function=mse_loss, memory=LISTWISE):
     """Module form of :func:`mse_loss`."""
 
 
-class OrdinalLoss(LossModule, function=ordinal_loss):
+class OrdinalLoss(LossModule, function=ordinal_loss, memory=LISTWISE):
     """Module form of :func:`ordinal_loss`."""

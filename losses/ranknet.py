@@ -7,12 +7,13 @@ from torch.nn import functional as F
 
 from differank.losses.algorithms.pairs import preference_mask
 from differank.losses.inputs import (
+    decorated_mask,
     finite_scores,
     list_inputs,
     list_loss,
     nan_for_nonfinite_scores,
 )
-from differank.losses.module_form import LossModule
+from differank.losses.module_form import PAIRWISE, LossModule
 from differank.losses.reduction import check_reduction, reduce_queries
 
 MAX_PAIR_BYTES = 16 * 2**30
@@ -73,8 +74,8 @@ def ranknet_loss(
         tensor(0.3133)
     """
     check_reduction(reduction)
-    scores, labels, mask, valid = list_inputs(scores, labels, mask)
-    check_pair_memory(*scores.shape, scores.dtype)
+    scores, labels, mask, valid = list_inputs(scores, labels, decorated_mask(mask))
+    check_pair_memory(scores.shape[0], scores.shape[1], scores.dtype)
     pairs = preference_mask(labels, mask)  # [B, L, L]
     real_scores = finite_scores(scores, mask)
     difference = real_scores.unsqueeze(-1) - real_scores.unsqueeze(-2)
@@ -84,5 +85,5 @@ def ranknet_loss(
     return reduce_queries(per_query, valid, reduction)
 
 
-class RankNetLoss(LossModule, function=ranknet_loss):
+class RankNetLoss(LossModule, function=ranknet_loss, memory=PAIRWISE):
     """Module form of :func:`ranknet_loss`."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from differank.losses.inputs import list_inputs, list_loss, query_documents
-from differank.losses.module_form import LossModule
+from differank.losses.inputs import decorated_mask, list_inputs, list_loss, query_documents
+from differank.losses.module_form import LISTWISE, LossModule
 from differank.losses.options import FINITE
 from differank.losses.reduction import check_reduction, reduce_queries
 
@@ -75,7 +75,7 @@ def softmax_loss(
         tensor(0.6931)
     """
     check_reduction(reduction)
-    return reduce_queries(*_softmax_per_query(scores, labels, mask, 0.0), reduction)
+    return reduce_queries(*_softmax_per_query(scores, labels, decorated_mask(mask), 0.0), reduction)
 
 
 @list_loss()
@@ -101,12 +101,13 @@ def poly1_softmax_loss(
     """
     check_reduction(reduction)
     FINITE.check("poly1_softmax_loss", epsilon=epsilon)
-    return reduce_queries(*_softmax_per_query(scores, labels, mask, epsilon), reduction)
+    per_query = _softmax_per_query(scores, labels, decorated_mask(mask), epsilon)
+    return reduce_queries(*per_query, reduction)
 
 
-class SoftmaxLoss(LossModule, function=softmax_loss):
+class SoftmaxLoss(LossModule, function=softmax_loss, memory=LISTWISE):
     """Module form of :func:`softmax_loss`."""
 
 
-class Poly1SoftmaxLoss(LossModule, function=poly1_softmax_loss):
+class Poly1SoftmaxLoss(LossModule, function=poly1_softmax_loss, memory=LISTWISE):
     """Module form of :func:`poly1_softmax_loss`."""

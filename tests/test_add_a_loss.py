@@ -32,7 +32,7 @@ from differank.losses.inputs import (
     list_loss,
     nan_for_nonfinite_scores,
 )
-from differank.losses.module_form import LossModule
+from differank.losses.module_form import LISTWISE, LossModule
 from differank.losses.options import POSITIVE
 from differank.losses.reduction import check_reduction, reduce_queries
 
@@ -64,7 +64,7 @@ def foo_loss(
     return reduce_queries(per_query, valid, reduction)
 
 
-class FooLoss(LossModule, function=foo_loss):
+class FooLoss(LossModule, function=foo_loss, memory=LISTWISE):
     """Module form of :func:`foo_loss`."""
 '''
 

@@ -42,8 +42,11 @@ RULES = {
     "rankers/solvers": ({"torch"}, {LOSSES, SCORERS, SOLVERS}),
     "rankers/metrics": ({"torch", "torchmetrics", "numpy"}, {LOSSES, METRICS, DATA}),
     "rankers/training": (
-        {"torch", "torchmetrics", "rich"} | LIGHTNING,  # rich: the console (callbacks.py)
-        {LOSSES, SCORERS, SOLVERS, METRICS, TRAINING, CHECKPOINTS},
+        # rich: the console (callbacks.py); numpy: a library fit puts NumPy's random state back
+        # (fitting.py)
+        {"torch", "torchmetrics", "rich", "numpy"} | LIGHTNING,
+        # the data room's memory budget (list_memory.py: one rule for what fits in memory)
+        {LOSSES, SCORERS, SOLVERS, METRICS, TRAINING, CHECKPOINTS, "differank.datamodules.reader"},
     ),
     # checkpoint trust: no Lightning (a checkpoint is scored without a Trainer); Hydra's
     # override parser and OmegaConf merge a restored run with the command line (restore.py)

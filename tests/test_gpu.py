@@ -47,6 +47,9 @@ def batch(dtype=torch.float64, batch_size=8, length=32, n_features=0, seed=0):
 
 
 def value_and_grad(loss, scores, labels, mask):
+    # the same seed on each device: a sampled loss (ConvexLoss' sampler, on the CPU's global
+    # RNG wherever the scores are) then draws the same rankings on CUDA as on the CPU
+    torch.manual_seed(0)
     leaf = scores.detach().clone().requires_grad_(True)
     value = loss(leaf, labels, mask)
     value.backward()

@@ -11,7 +11,9 @@ split is replaced (``LetorDataModule.replace_training_lists``) by
   device the model trains on) from a generator seeded by ``(seed, batch number)``;
 * offline (``ClickDataModule.logged``): the sessions of a click log
   (:mod:`~differank.datamodules.clicks.click_log`), one list per session, their clicks in the
-  labels' place; the same every epoch.
+  labels' place; the same every epoch. A log that records the fingerprints of the data it was
+  written for (:func:`training_identity`, as ``task=simulate`` writes them) is refused on other
+  data (:func:`check_same_data`).
 
 Either way the training step sees THE CLICK BATCH CONTRACT (docs/clicks.md#the-click-batch):
 the usual ``features``, ``mask``, ``qid``, ``doc_index`` (the row of the served split: the
@@ -29,6 +31,7 @@ epoch, step by step.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -36,7 +39,7 @@ import pytorch_lightning as pl
 import torch
 
 from differank.datamodules.clicks.base import ClickModel
-from differank.datamodules.clicks.click_log import ClickLog, ClickLogError
+from differank.datamodules.clicks.click_log import IDENTITY, ClickLog, ClickLogError
 from differank.datamodules.letor import LetorDataModule
 from differank.datamodules.normalization import apply_zscore
 from differank.datamodules.split_tensors import SplitTensors
@@ -107,6 +110,7 @@ class ClickDataModule(pl.LightningDataModule):
         """Offline training on the sessions of ``log``; features from its ``doc_row`` column
         (the training split's rows, as normalised for this run) or, without one, its raw
         ``features`` column (this run's feature transform and z-score applied)."""
+        check_same_data(log, data)
         features = torch.from_numpy(_log_features(data, log))
         offsets = log.offsets
         tensors = SplitTensors(
@@ -211,6 +215,38 @@ class ClickDataModule(pl.LightningDataModule):
                 columns["propensity"] = torch.from_numpy(log.propensity)
             self._log_columns[device] = {k: v.to(device) for k, v in columns.items()}
         return self._log_columns[device]
+
+
+def training_identity(data) -> dict[str, str]:
+    """The fingerprints of ``data``'s training split a click log records (``ClickLog``'s
+    ``train_qids_sha256`` and ``train_files_sha256``): the sha256 of its per-row query ids
+    (int64, in the row order ``doc_row`` indexes), and the sha256 over its files' sha256 where
+    the data has files. Two folds of the same row count differ in the first."""
+    qids = np.ascontiguousarray(data.split_data("train").qids, dtype="<i8")
+    identity = {"train_qids_sha256": hashlib.sha256(qids.tobytes()).hexdigest()}
+    file_digests = getattr(data, "file_sha256", None)
+    digests = file_digests("train") if file_digests is not None else []
+    if digests and all(digests):
+        identity["train_files_sha256"] = hashlib.sha256("\n".join(digests).encode()).hexdigest()
+    return identity
+
+
+def check_same_data(log: ClickLog, data) -> None:
+    """Refuse ``log`` on ``data`` when a fingerprint it records (:func:`training_identity`)
+    differs from the data's: its ``doc_row`` values would index other documents. A log without
+    fingerprints (a real log) is not checked."""
+    current = training_identity(data)
+    for name in IDENTITY:
+        recorded = getattr(log, name)
+        if recorded is None or name not in current or recorded == current[name]:
+            continue
+        what = "query ids" if name == "train_qids_sha256" else "files"
+        raise ClickLogError(
+            f"{log.source}: written for other data: the training split's {what} it records "
+            f"have {name} {recorded}, this run's training split has {current[name]}. Train on "
+            "the data and fold it was written for (the data= and data.fold= of the run that "
+            "wrote it), or write a log for this data with task=simulate"
+        )
 
 
 def _log_features(data, log: ClickLog) -> np.ndarray:

@@ -35,6 +35,8 @@ loss); memory is O(N·K) besides the O(faces·K²) inverses.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 # a tiny ridge on the face matrices: keeps a face of an affinely dependent basis (K > F, or
@@ -282,7 +284,9 @@ def active_set_fold_in(
                 new_w[:, stuck], new_s[:, stuck] = w_stuck, w_stuck > 0
             else:
                 if w is None:  # the simplex's first feasible point: even mass over S
-                    w_stuck = s_stuck.to(dtype) * (total / s_stuck.sum(dim=0))
+                    # total is set: w and total both None (the cone) took the branch above
+                    even = total / s_stuck.sum(dim=0)  # type: ignore[operator, arg-type]
+                    w_stuck = s_stuck.to(dtype) * even
                 else:
                     w_stuck = w[:, stuck]
                 shrink = s_stuck & (v_stuck <= 0)
@@ -399,12 +403,15 @@ def static_active_set_fold_in(
     tiny = torch.finfo(dtype).tiny
     b = linear
     gram_work = gram.to(dtype)
+    face_minimisers: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     if full_rank and n_basis <= _TABLE_MAX_BASIS and 2**n_basis <= (iterations + 1) * rows:
         face_minimisers = _FaceTable(gram, total, dtype)
     else:
 
-        def face_minimisers(linear, support):
+        def bordered(linear: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
             return _bordered_face_minimisers(gram, linear, support, total)
+
+        face_minimisers = bordered
 
     if support is not None:
         s = support.clone()
@@ -437,7 +444,7 @@ def static_active_set_fold_in(
             stepped_w, stepped_s = clipped, clipped > 0
         else:
             start = w
-            if step == 0:  # the simplex's first feasible point: even mass over S
+            if step == 0 and total is not None:  # the simplex's first point: even mass over S
                 start = s.to(dtype) * (total / s.sum(dim=-1, keepdim=True).clamp(min=1))
             shrink = s & (v <= 0)
             ratio = torch.where(shrink, start / (start - v).clamp(min=tiny), 2.0)

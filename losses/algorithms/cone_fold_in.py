@@ -197,7 +197,7 @@ def fold_in_k_space(
             f"support must be [N, K] = {list(linear.shape)} to warm-start the fold-in, got "
             f"shape {tuple(support.shape)}"
         )
-    if static:
+    if static_iterations is not None:
         w, support = _static_active_set_with_band(
             gram, linear.to(solve_dtype), options, static_iterations, support, full_rank
         )

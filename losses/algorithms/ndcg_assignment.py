@@ -131,23 +131,23 @@ def ystar_positions(
     else:
         raise ValueError(f"ystar must be 'compatible' or 'index', got {ystar!r}")
     top = min(k, length)
-    level, levels = query_levels(labels, mask, None)[:2] if levels is None else levels
-    if levels > 16:  # many distinct labels: one lexicographic sort beats M top-k's of [B, L]
+    level, n_levels = query_levels(labels, mask, None)[:2] if levels is None else levels
+    if n_levels > 16:  # many distinct labels: one lexicographic sort beats M top-k's of [B, L]
         by_key = key.argsort(dim=-1, descending=True, stable=True)
         order = by_key.gather(1, level.gather(1, by_key).argsort(dim=-1, stable=True))
         ranks = torch.arange(1, length + 1, device=scores.device).expand(batch, -1)
         positions = torch.empty_like(order).scatter_(1, order, ranks)
         return torch.where(mask & (positions <= k), positions, torch.full_like(positions, k + 1))
-    ids, in_level, sizes = level_tops(key, level, levels, top)
+    ids, in_level, sizes = level_tops(key, level, n_levels, top)
     starts = sizes.cumsum(dim=-1) - sizes
     rank = starts.unsqueeze(-1) + torch.arange(1, top + 1, device=scores.device)  # [B, M, top]
     keep = in_level & (rank <= k)
     positions = torch.full((batch, length + 1), k + 1, dtype=torch.long, device=scores.device)
-    target = torch.where(keep, ids, torch.full_like(ids, length)).reshape(batch, levels * top)
+    target = torch.where(keep, ids, torch.full_like(ids, length)).reshape(batch, n_levels * top)
     positions.scatter_(
         1,
         target,
-        torch.where(keep, rank, torch.full_like(rank, k + 1)).reshape(batch, top * levels),
+        torch.where(keep, rank, torch.full_like(rank, k + 1)).reshape(batch, top * n_levels),
     )
     return positions[:, :length]
 
@@ -233,28 +233,28 @@ def label_level_dp(
     batch, length = scores.shape
     device, dtype = scores.device, scores.dtype
     top = min(k, length)
-    level, levels = query_levels(labels, mask, None)[:2] if levels is None else levels
-    states = dp_state_count(levels, top)
+    level, n_levels = query_levels(labels, mask, None)[:2] if levels is None else levels
+    states = dp_state_count(n_levels, top)
     if states > MAX_DP_STATES:
         raise ValueError(
-            f"the label-level DP needs C(k'+M, M) = {states} states for M = {levels} label levels "
-            f"and k' = {top} positions (limit {MAX_DP_STATES}); too many label levels for the DP: "
-            "use solver='assignment' (exact per-query assignment on CPU)"
+            f"the label-level DP needs C(k'+M, M) = {states} states for M = {n_levels} label "
+            f"levels and k' = {top} positions (limit {MAX_DP_STATES}); too many label levels "
+            "for the DP: use solver='assignment' (exact per-query assignment on CPU)"
         )
     if torch.compiler.is_compiling():
         # marks dp_tables constant; a real import even while tracing (torch._dynamo is loaded)
         import differank.losses.algorithms.dp_tables_constant  # noqa: F401
-    counts, sums, pred, pick, bounds = dp_tables(levels, top, device)
+    counts, sums, pred, pick, bounds = dp_tables(n_levels, top, device)
     neg_inf = torch.full((), -math.inf, dtype=dtype, device=device)  # no host-to-device copy
 
     # Each level's best documents by score, descending: S [B, M, k'] (−inf past n_m) and ids.
     safe = torch.where(mask, scores, torch.zeros_like(scores))
-    ids, in_level, sizes = level_tops(safe, level, levels, top)
+    ids, in_level, sizes = level_tops(safe, level, n_levels, top)
     best_scores = torch.where(
-        in_level, safe.gather(1, ids.reshape(batch, levels * top)).reshape_as(ids), neg_inf
+        in_level, safe.gather(1, ids.reshape(batch, n_levels * top)).reshape_as(ids), neg_inf
     )
     flat_scores = torch.cat(
-        [best_scores.reshape(batch, levels * top), neg_inf.expand(batch, 1)], dim=1
+        [best_scores.reshape(batch, n_levels * top), neg_inf.expand(batch, 1)], dim=1
     )
     first = ids[:, :, 0]
     level_gain = torch.where(
@@ -272,14 +272,14 @@ def label_level_dp(
         sums > 0, 1.0 / torch.log2(1.0 + depth.clamp(min=1.0)), torch.zeros_like(depth)
     ).unsqueeze(-1)
     step_gain = weight * flat_scores.index_select(1, pick.reshape(-1)).reshape(
-        batch, total, levels
+        batch, total, n_levels
     ) - discount * level_cost.unsqueeze(1)  # [B, S, M]; −inf where c_m = 0 or c_m > n_m
     value = torch.full((batch, total + 1), -math.inf, dtype=dtype, device=device)
     value[:, 0] = 0.0
     choice = torch.zeros(batch, total, dtype=torch.long, device=device)
     for r in range(1, top + 1):
         lo, hi = bounds[r], bounds[r + 1]
-        candidate = value.index_select(1, pred[lo:hi].reshape(-1)).reshape(batch, hi - lo, levels)
+        candidate = value.index_select(1, pred[lo:hi].reshape(-1)).reshape(batch, hi - lo, n_levels)
         best, arg = (candidate + step_gain[:, lo:hi]).max(dim=-1)
         value[:, lo:hi] = best
         choice[:, lo:hi] = arg
@@ -289,12 +289,12 @@ def label_level_dp(
     final = torch.where(sums.unsqueeze(0) == filled.unsqueeze(-1), value[:, :total], neg_inf)
     current = final.argmax(dim=-1, keepdim=True)  # [B, 1]
     flat_ids = torch.cat(
-        [ids.reshape(batch, levels * top), torch.full_like(ids[:, :1, 0], length)], dim=1
+        [ids.reshape(batch, n_levels * top), torch.full_like(ids[:, :1, 0], length)], dim=1
     )
     pred_flat, pick_flat = pred.reshape(-1), pick.reshape(-1)
     docs, places = [], []
     for _ in range(top):
-        edge = current * levels + choice.gather(1, current.clamp(max=total - 1))
+        edge = current * n_levels + choice.gather(1, current.clamp(max=total - 1))
         docs.append(flat_ids.gather(1, pick_flat[edge]))  # the dummy id L once the walk is done
         places.append(sums[current])
         # Finite scores never lead the walk to the dummy state; the clamp keeps even overflowed

@@ -102,14 +102,34 @@ def pair_differences(values: torch.Tensor, high: torch.Tensor, low: torch.Tensor
     return gather(high) - gather(low)
 
 
-def random_options(generator: torch.Generator | None, device: torch.device) -> dict:
-    """Keyword arguments of a ``torch.rand``/``torch.randint`` draw on ``device`` from
-    ``generator``, or from the global RNG when it is None.
+def random_uniform(
+    shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device
+) -> torch.Tensor:
+    """Uniform float32 draws in ``[0, 1)`` of ``shape`` on ``device``, made where ``generator``
+    lives (the CPU's global RNG when it is None) and moved: with a CPU generator, or None, the
+    same numbers for the same seed on every device (a CUDA generator's stream is another).
 
     ``generator=None`` is left out rather than passed: under ``torch.compile`` with dynamic
     shapes the explicit ``generator`` overload does not accept symbolic sizes.
     """
-    return {"device": device} if generator is None else {"device": device, "generator": generator}
+    if generator is None:
+        return torch.rand(shape).to(device, non_blocking=True)
+    return torch.rand(shape, generator=generator, device=generator.device).to(
+        device, non_blocking=True
+    )
+
+
+def random_integers(
+    high: int, shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device
+) -> torch.Tensor:
+    """int32 draws uniform in ``[0, high)`` of ``shape`` on ``device``, from the same stream as
+    :func:`random_uniform` (the generator's device, the CPU's global RNG for None)."""
+    if generator is None:
+        return torch.randint(0, high, shape, dtype=torch.int32).to(device, non_blocking=True)
+    drawn = torch.randint(
+        0, high, shape, dtype=torch.int32, generator=generator, device=generator.device
+    )
+    return drawn.to(device, non_blocking=True)
 
 
 def sample_pairs(
@@ -147,7 +167,7 @@ def sample_pairs(
     below = pair_counts(labels, mask)  # [B, L]
     ends = below.cumsum(dim=-1)  # pair numbers [ends_i - below_i, ends_i) belong to document i
     total = ends[:, -1:]  # [B, 1]
-    uniform = torch.rand(batch, num_pairs, **random_options(generator, labels.device))
+    uniform = random_uniform((batch, num_pairs), generator, labels.device)
     number = (uniform * total).long().clamp(max=(total - 1).clamp(min=0))
     high = torch.searchsorted(ends, number, side="right").clamp(max=labels.shape[1] - 1)
     rank_of_low = number - (ends.gather(1, high) - below.gather(1, high))

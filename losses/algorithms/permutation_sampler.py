@@ -12,7 +12,9 @@ Host reads follow the rule of ``differank.losses.inputs``: on the CPU eager path
 compiled or on an accelerator it takes that bound instead, so nothing here reads a tensor value on
 the host and every shape comes from hyperparameters or input shapes
 (``torch.compile(fullgraph=True)`` works). Randomness comes from ``generator`` or, with
-``generator=None``, the global RNG.
+``generator=None``, the CPU's global RNG, and is drawn where the generator lives and moved
+(:func:`~differank.losses.algorithms.pairs.random_uniform`): for the same seed the sampler
+draws the same rankings on every device.
 
 Energy of an order y (docs/objectives/convex.md#the-loss): ``E(y) = Δ(y) + c(y)·s`` with
 ``c_i(y) = (2/|P|)(#{higher-labelled docs below i} - #{lower-labelled docs above i})``.
@@ -26,7 +28,12 @@ from typing import NamedTuple
 import torch
 
 from differank.losses.algorithms.dcg import dcg_discounts, dcg_gains
-from differank.losses.algorithms.pairs import label_levels, random_options, sample_pairs
+from differank.losses.algorithms.pairs import (
+    label_levels,
+    random_integers,
+    random_uniform,
+    sample_pairs,
+)
 from differank.losses.inputs import may_read_values
 
 DELTAS = ("auc", "map", "ndcg")
@@ -333,12 +340,12 @@ def _shuffle(
     batch, length = walk.level.shape
     device, small = walk.level.device, walk.positions.dtype
     top = (1 << 31) - 1 - length  # real keys below it, padded slots above it in slot order
-    noise = torch.randint(
-        0, top, (batch, chains, length), dtype=torch.int32, **random_options(generator, device)
-    )
+    noise = random_integers(top, (batch, chains, length), generator, device)
     slots = torch.arange(length, device=device, dtype=torch.int32)
     keys = torch.where(walk.real_slots.bool(), noise, top + slots)
-    order = keys.argsort(dim=-1)  # int32 keys sort faster than float or int64 ones
+    # int32 keys sort faster than float or int64 ones; stable: equal noise (rare) is ordered
+    # by slot on every device
+    order = keys.argsort(dim=-1, stable=True)
     level_at = walk.level_row.expand(-1, chains, -1).gather(-1, order)
     rank = torch.full_like(level_at, -1)
     lower_before = torch.zeros_like(level_at)
@@ -430,7 +437,7 @@ def run_sampler(
         tables.levels.to(dtype), tables.mask, steps * chains, generator=generator
     )
     first, second = first.view(batch, steps, chains), second.view(batch, steps, chains)
-    log_uniform = torch.rand(steps, batch, chains, **random_options(generator, device)).log()
+    log_uniform = random_uniform((steps, batch, chains), generator, device).log()
     walk = _walk_tables(tables, scores)
     counts = torch.empty(batch, chains, steps, length, dtype=dtype, device=device)
     placed = torch.empty_like(counts) if keep_orders else None  # each slot's position
@@ -481,7 +488,7 @@ def _restart(
     deltas = torch.stack(
         [torch.zeros_like(shuffled), shuffled, walk.reversed_delta.expand(batch, chains)]
     )
-    uniform = torch.rand(3, batch, chains, **random_options(generator, order.device))
+    uniform = random_uniform((3, batch, chains), generator, order.device)
     gumbel = -torch.log(-torch.log(uniform.clamp(min=1e-12)))
     choice = (restart_skew * deltas.to(gumbel.dtype) + gumbel).argmax(0)  # [B, C]
     target = _arrange(walk, rank, at_level, choice)

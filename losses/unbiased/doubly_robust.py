@@ -68,7 +68,7 @@ class DoublyRobust(ClickEstimator):
         theta = document_propensities("DoublyRobust", self.propensities, positions, mask, logged)
         rho = theta
         if self.propensities is not None and logged is not None:  # θ given, ρ logged
-            rho = torch.where(visible, logged, 1.0)
+            rho = document_propensities("DoublyRobust", None, positions, mask, logged)
         rho = rho.to(dtype).clamp(min=1.0 / self.clip)
         direct = scores.detach().sigmoid()
         residual = (clicks.to(dtype) - theta.to(dtype) * direct) / rho

@@ -107,6 +107,7 @@ def per_query_loss(
         per_query = type(loss).function(scores, labels, mask, **options)
     elif isinstance(getattr(loss, "reduction", None), str):
         per_query_form = copy.copy(loss)  # shares the loss's tensors; only reduction differs
+        # nn.Module types unknown attributes as Tensor | Module; a loss's reduction is a str
         per_query_form.reduction = "none"  # type: ignore[assignment]
         per_query = per_query_form(scores, labels, mask)
     else:

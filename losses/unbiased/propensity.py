@@ -52,7 +52,9 @@ def document_propensities(
     logged: torch.Tensor | None,
 ) -> torch.Tensor:
     """Each shown document's propensity [B, L] (1 where nothing was shown): ``vector`` read at
-    its position, else the batch's ``logged`` propensities."""
+    its position, else the batch's ``logged`` propensities, which must be in (0, 1] at every
+    shown slot (NaN, 0, negative or above 1 is a ValueError naming the slot; read where they
+    are on the CPU). Every estimator's logged propensities enter here."""
     visible = shown(positions, mask)
     if vector is not None:
         if positions.is_cpu and positions.numel() and int(positions.max()) >= vector.numel():
@@ -67,6 +69,17 @@ def document_propensities(
                 f"{name}: the batch's propensities must be [B, L] like positions "
                 f"{list(positions.shape)}, got {tuple(logged.shape)}"
             )
+        if logged.is_cpu:  # values are read on the CPU only, as positions' are
+            # NaN fails both comparisons; a propensity of 0 would divide, one > 1 is no probability
+            bad = visible & ~((logged > 0) & (logged <= 1))
+            if bad.any():
+                b, slot = (int(i) for i in bad.nonzero()[0])
+                raise ValueError(
+                    f"{name}: the batch's propensities[{b}, {slot}] (query {b}, shown position "
+                    f"{int(positions[b, slot])}) is {float(logged[b, slot])}; a logged "
+                    "propensity is P(examined) in (0, 1] at every shown slot: fix the log's "
+                    "propensity column or the tensor passed"
+                )
         values = logged
     else:
         raise ValueError(

@@ -132,9 +132,9 @@ def per_query_values(
     grouped into queries by the reader's rule
     (:func:`differank.datamodules.reader.group_queries`). Under ``no_relevant_dropped`` the
     queries without a relevant document are left out (of the qids and of the values)."""
-    options = MetricOptions(**options)
-    convention = options.convention
-    ks, short_list = check_metric_options(options.ks, convention, options.short_list)
+    resolved = MetricOptions(**options)
+    convention = resolved.convention
+    ks, short_list = check_metric_options(resolved.ks, convention, resolved.short_list)
     scores = torch.as_tensor(scores, dtype=torch.float64).reshape(-1)
     labels = torch.as_tensor(labels, dtype=torch.float64).reshape(-1)
     qids = torch.as_tensor(qids, dtype=torch.int64).reshape(-1)
@@ -216,7 +216,7 @@ def convention_means(
     (docs/metrics.md#conventions): ``{convention: {"queries": Q, "map": .., "ndcg@k": ..}}``,
     Q the number of queries the means count. ``test_metrics.json`` and the evaluator's JSON
     hold it as ``"conventions"``."""
-    side_by_side = {}
+    side_by_side: dict[str, dict[str, float]] = {}
     for convention in CONVENTIONS:
         qids_kept, values = per_query_values(scores, labels, qids, ks=ks, convention=convention)
         if not qids_kept:  # e.g. no query has a relevant document: nothing to average

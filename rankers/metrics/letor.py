@@ -238,6 +238,8 @@ class LetorMetric(torchmetrics.Metric):
     full_state_update = False
     is_differentiable = False
     higher_is_better = True
+    sums: torch.Tensor  # states (add_state): float64 [len(keys)], and the query count
+    queries: torch.Tensor
 
     def __init__(
         self,

@@ -11,6 +11,7 @@ Public API::
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from differank.datamodules.clicks.click_log import ClickLog, read_click_log
-from differank.datamodules.clicks.datamodule import ClickDataModule
+from differank.datamodules.clicks.datamodule import ClickDataModule, training_identity
 from differank.rankers.run.production import shown_lists
 
 log = logging.getLogger(__name__)
@@ -58,8 +59,9 @@ def click_datamodule(cfg: DictConfig, datamodule):
 def simulate(cfg: DictConfig, run_dir: Path) -> Path:
     """``task=simulate``: ``clicks.sessions_per_query`` epochs of the online simulation (the
     sessions ``task=fit`` would draw on the CPU, in its order) written as a click log at
-    ``clicks.log`` (default ``RUN/clicks.npz``); session ``p·Q + i`` is query ``i``'s in epoch
-    ``p``, so a one-session log trains like the online run's first epoch."""
+    ``clicks.log`` (default ``RUN/clicks.npz``), atomically; session ``p·Q + i`` is query
+    ``i``'s in epoch ``p``, so a one-session log trains like the online run's first epoch. An
+    existing file there is refused unless ``clicks.overwrite=true``."""
     clicks = cfg.get("clicks")
     if clicks is None or clicks.get("model") is None or clicks.get("mode") != "online":
         raise ValueError(
@@ -69,6 +71,13 @@ def simulate(cfg: DictConfig, run_dir: Path) -> Path:
     passes = int(clicks.get("sessions_per_query", 1))
     if passes < 1:
         raise ValueError(f"clicks.sessions_per_query must be >= 1, got {passes}")
+    path = Path(clicks.log) if clicks.get("log") else run_dir / "clicks.npz"
+    overwrite = bool(clicks.get("overwrite", False))
+    if os.path.lexists(path) and not overwrite:  # before minutes of simulation
+        raise FileExistsError(
+            f"{path} exists: task=simulate does not replace it; set clicks.overwrite=true to "
+            "replace it, or choose another clicks.log"
+        )
     data = click_datamodule(cfg, instantiate(cfg.data))
     split = data.split_data("train")
     position_of = {int(q): i for i, q in enumerate(split.query_ids[split.queries])}
@@ -86,6 +95,7 @@ def simulate(cfg: DictConfig, run_dir: Path) -> Path:
             )
     order = sorted(sessions)
     lengths = [len(sessions[s][1]) for s in order]
+    identity = training_identity(data)
     written = ClickLog(
         session=np.repeat(order, lengths),
         qid=np.repeat([sessions[s][0] for s in order], lengths),
@@ -93,9 +103,11 @@ def simulate(cfg: DictConfig, run_dir: Path) -> Path:
         click=np.concatenate([sessions[s][2] for s in order]).astype(np.uint8),
         doc_row=np.concatenate([sessions[s][1] for s in order]),
         propensity=np.concatenate([sessions[s][3] for s in order]),
+        # the data it was written for: refused on other data (docs/clicks.md)
+        train_qids_sha256=identity["train_qids_sha256"],
+        train_files_sha256=identity.get("train_files_sha256"),
     )
-    path = Path(clicks.log) if clicks.get("log") else run_dir / "clicks.npz"
-    written.write(path)
+    written.write(path, overwrite=overwrite)  # and checked again as it is put in place
     clicked = int(written.click.sum())
     log.info(
         "click log: %d sessions, %d shown documents, %d clicks -> %s",

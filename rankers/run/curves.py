@@ -4,7 +4,9 @@ marked (``curves.png`` in each training run folder; docs/architecture.md#what-a-
 Public API::
 
     run_curves(run_dir, *, monitor="val/map", mode="max") -> RunCurves   # the data of the plot
+    history_curves(history, *, monitor="val/map", mode="max") -> RunCurves  # per-epoch dicts
     plot_run_curves(run_dir, path=None, *, monitor="val/map", mode="max") -> matplotlib Figure
+    plot_curves(curves, path=None, *, title="") -> matplotlib Figure
 
 The values are the run's CSV log (``csv/version_*/metrics.csv``, which every ``logger`` config
 writes; a resumed run's later versions continue the earlier ones): ``train/loss`` and each
@@ -85,7 +87,25 @@ def run_curves(run_dir, *, monitor: str = "val/map", mode: str = "max") -> RunCu
                     plotted = name == "train/loss" or name.startswith("val/")
                     if plotted and text not in (None, ""):
                         curves.series.setdefault(name, {})[epoch] = float(text)
-    watched = {e: v for e, v in curves.series.get(monitor, {}).items() if not math.isnan(v)}
+    return _with_best_epoch(curves, mode)
+
+
+def history_curves(history, *, monitor: str = "val/map", mode: str = "max") -> RunCurves:
+    """The curves of per-epoch dicts (``epoch``, ``train/loss``, ``val/*``), as
+    :class:`differank.Ranker` keeps them in memory."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    curves = RunCurves(monitor=monitor)
+    for row in history:
+        epoch = int(row["epoch"])
+        for name, value in row.items():
+            if name == "train/loss" or name.startswith("val/"):
+                curves.series.setdefault(name, {})[epoch] = float(value)
+    return _with_best_epoch(curves, mode)
+
+
+def _with_best_epoch(curves: RunCurves, mode: str) -> RunCurves:
+    watched = {e: v for e, v in curves.series.get(curves.monitor, {}).items() if not math.isnan(v)}
     if watched:
         best = max if mode == "max" else min
         value = best(watched.values())
@@ -94,13 +114,19 @@ def run_curves(run_dir, *, monitor: str = "val/map", mode: str = "max") -> RunCu
 
 
 def plot_run_curves(run_dir, path=None, *, monitor: str = "val/map", mode: str = "max"):
-    """One panel per metric of :func:`run_curves` (training loss first), each with a dashed
-    line at the best epoch, and the monitored panel's best value circled; written to ``path``
-    (PNG, whole or absent) when given. Returns the ``matplotlib.figure.Figure``."""
+    """:func:`plot_curves` of :func:`run_curves`, titled with the run folder's name."""
+    curves = run_curves(run_dir, monitor=monitor, mode=mode)
+    return plot_curves(curves, path, title=Path(run_dir).name)
+
+
+def plot_curves(curves: RunCurves, path=None, *, title: str = ""):
+    """One panel per metric (training loss first), each with a dashed line at the best epoch,
+    and the monitored panel's best value circled; written to ``path`` (PNG, whole or absent)
+    when given. Returns the ``matplotlib.figure.Figure``."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    curves = run_curves(run_dir, monitor=monitor, mode=mode)
+    monitor = curves.monitor
     names = curves.names
     rows = max(1, math.ceil(len(names) / _COLUMNS))
     columns = min(_COLUMNS, max(1, len(names)))
@@ -129,8 +155,8 @@ def plot_run_curves(run_dir, path=None, *, monitor: str = "val/map", mode: str =
             )
     for ax in axes[len(names) :]:
         ax.set_visible(False)
-    best = "" if curves.best_epoch is None else f"; best epoch {curves.best_epoch} by {monitor}"
-    figure.suptitle(f"{Path(run_dir).name}{best}", fontsize=10)
+    best = "" if curves.best_epoch is None else f"best epoch {curves.best_epoch} by {monitor}"
+    figure.suptitle("; ".join(part for part in (title, best) if part), fontsize=10)
     if path is not None:
         buffer = io.BytesIO()
         figure.savefig(buffer, format="png", dpi=100)

@@ -16,6 +16,12 @@ weights must be finite, and a member whose scores are not finite is named. ``--e
 triton`` adds the ensemble as one served graph (raw features and mask in, the averaged scores
 out) under ``DIR/export/``, in any of ``task=export``'s formats (docs/serving.md).
 
+``ensemble.json`` is read back (the distillation teacher, ``teacher=ensemble``) by
+:func:`read_record`, under the rules of every file differank reads: the record and each member
+are regular files (a FIFO, a device, a directory or a dangling link is refused before it is
+opened), the record at most ``MAX_RECORD_BYTES`` and a member no larger than the free memory
+(a checkpoint is loaded whole).
+
 By default each member's scores are standardised within each query (zero mean, unit variance
 over the real documents) before the weighted mean (weights default to equal), so members whose
 score scales differ (other losses or models) count as weighted. ``--scores raw`` averages them as
@@ -41,6 +47,7 @@ import math
 import sys
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +57,8 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from differank.datamodules.atomic_files import write_files
+from differank.datamodules.reader import available_memory_bytes
+from differank.datamodules.regular_files import require_regular_file
 from differank.rankers.checkpoints import (
     Scorer,
     build,
@@ -67,6 +76,8 @@ from differank.rankers.run.scoring import (
 from differank.rankers.scorers.base import Ranker
 
 SCALE_WARNING = 10.0  # raw scores of members this many times apart in scale: warn
+# An ensemble.json holds member paths and numbers: a larger file is not one of ours
+MAX_RECORD_BYTES = 2**20
 
 
 class EnsembleRanker(Ranker):
@@ -142,10 +153,48 @@ def _override(config: DictConfig, assignments: Sequence[str]) -> None:
         OmegaConf.update(config, key, yaml.safe_load(value), merge=True)
 
 
+def member_file(path: str | Path, what: str) -> Path:
+    """``path`` when it is a regular file that the free memory can hold (a checkpoint is loaded
+    whole); a FIFO, a device, a directory or a dangling link is refused before it is opened."""
+    return require_regular_file(path, what, max_bytes=available_memory_bytes())
+
+
 def load_member(path: str | Path) -> Scorer:
     """The raw-feature scorer of a checkpoint written by ``train.py``, from the file alone (its
     allowlisted config, weights and serving record), in eval mode."""
-    return load_ranker(path)
+    return load_ranker(member_file(path, "an ensemble member (a train.py checkpoint)"))
+
+
+@dataclass(frozen=True)
+class EnsembleRecord:
+    """What an ``ensemble.json`` says: member checkpoints, their weights, the score mode."""
+
+    checkpoints: list[Path]
+    weights: list[float]
+    standardize: bool
+
+
+def read_record(path: str | Path) -> EnsembleRecord:
+    """The ``ensemble.json`` this module's CLI wrote, checked: a regular file of at most
+    ``MAX_RECORD_BYTES``, with ``checkpoints`` (each a regular file, see :func:`member_file`),
+    ``weights`` and ``scores``; otherwise an error naming the file (and the member)."""
+    path = require_regular_file(path, "an ensemble.json", max_bytes=MAX_RECORD_BYTES)
+    try:
+        record = json.loads(path.read_text())
+        listed = record["checkpoints"]
+        if not isinstance(listed, list) or not all(isinstance(p, str) for p in listed):
+            raise TypeError(f"checkpoints must be a list of paths, got {listed!r:.200}")
+        checkpoints = [Path(p) for p in listed]
+        weights = [float(w) for w in record["weights"]]
+        standardize = record.get("scores", "standardized") == "standardized"
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ValueError(
+            f"{path} is not an ensemble.json of differank.rankers.run.ensemble "
+            f"(checkpoints, weights, scores): {error}"
+        ) from error
+    for number, member in enumerate(checkpoints, start=1):
+        member_file(member, f"member {number} of {path} (a train.py checkpoint)")
+    return EnsembleRecord(checkpoints, weights, standardize)
 
 
 def evaluation_data(path: str | Path, overrides: Sequence[str] = ()):

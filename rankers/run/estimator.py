@@ -1,89 +1,104 @@
-"""``differank.Ranker``: a scikit-learn estimator that trains through ``train.py``'s own run.
+"""``differank.Ranker``: a scikit-learn estimator over differank's core, training from memory.
 
-``fit`` writes the rows it is given as a LETOR fold (``Fold1/{train,vali,test}.txt``, float32
-values written with ``%.9g``, which round-trips them exactly) into the run folder and runs
-``train.run_training`` on it with ``data=letor`` and overrides built from the estimator's
-parameters (``overrides_``). The rows are thus read, checked, normalised, batched and trained by
-``LetorDataModule``, ``RankingModule``, the losses and the callbacks of any ``python train.py``
-run, and the checkpoint is the one ``differank.load_ranker`` and ``task=predict|export`` read:
-``python train.py <overrides_> data=letor data.root=<those files>`` trains the same model.
-``predict`` scores rows with the checkpoint's raw-feature scorer, as ``task=predict
-files=[...]`` does (:func:`~differank.rankers.run.scoring.score_split`). docs/python.md has the
-whole reference.
+``fit`` checks the rows it is given (:mod:`~differank.rankers.run.ranker_inputs`), hands them to
+:class:`~differank.datamodules.in_memory.InMemoryDataModule` (the LETOR data module's own value
+rules, grouping, transform and normalization, no file written) and trains the module the
+configs ``conf/loss/<loss>.yaml`` and ``conf/model/<model>.yaml`` describe, with the data
+options of ``conf/data/letor.yaml``, through
+:func:`~differank.rankers.training.fitting.fit_in_memory` (the best ``eval_set`` epoch kept in
+memory). ``python train.py <ranker.train_overrides()> data=letor data.root=<the same rows as a
+LETOR fold>`` trains the same model. The fitted model is a checkpoint held in memory, the one
+``save`` writes and ``differank.load_ranker`` and ``task=predict|export`` read; ``predict``
+scores rows with its raw-feature scorer, as ``task=predict files=[...]`` does. No file is
+written unless ``output_dir`` is given. docs/python.md has the whole reference.
 
 Public API::
 
-    Ranker(loss="lambdaloss", loss_options=None, model="mlp", model_options=None, ...)
-      .fit(X, y, *, qid=None, group=None, eval_set=None, eval_qid=None, eval_group=None)
+    Ranker(loss="lambdaloss", loss_options=None, model="mlp", model_options=None,
+           feature_transform="none", ...)
+      .fit(X, y, *, qid=None, group=None, sample_weight=None, eval_set=None, eval_qid=None,
+           eval_group=None)
       .predict(X, qid=None, group=None) -> float64 [N]
       .score(X, y, qid=None, group=None) -> NDCG@10 (``convention``)
-      .save(path), Ranker.load(path), .get_params(), .set_params(**params)
-      .plot_curves(path=None) -> matplotlib Figure (the fit's curves.png)
-      fitted: n_features_in_, feature_names_in_, run_dir_, checkpoint_path_, overrides_,
-              best_score_, eval_metrics_, scorer_, feature_importances_, coef_ (linear)
+      .save(path), Ranker.load(path), get_params / set_params (scikit-learn's)
+      .plot_curves(path=None) -> matplotlib Figure
+      fitted: n_features_in_, feature_names_in_, history_, best_score_, best_epoch_,
+              eval_metrics_, eval_results_, scorer_, checkpoint_, run_dir_, checkpoint_path_,
+              overrides_, feature_importances_, coef_ (linear)
 """
 
 from __future__ import annotations
 
-import contextlib
+import copy
 import functools
-import importlib.util
-import inspect
 import io
-import json
-import logging
 import re
-import shutil
 import sys
-import tempfile
+import threading
 import warnings
-from collections.abc import Iterator
 from os import PathLike
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
+from sklearn.base import BaseEstimator
+from sklearn.exceptions import NotFittedError
 
 from differank.datamodules.arrays import read_letor
 from differank.datamodules.atomic_files import write_file
+from differank.datamodules.in_memory import InMemoryDataModule, SplitArrays
 from differank.datamodules.letor_split import LetorSplit
-from differank.datamodules.reader import write_letor
-from differank.rankers.checkpoints import load_checkpoint, scorer_from_checkpoint
+from differank.rankers.checkpoints import (
+    data_fingerprint,
+    load_checkpoint,
+    scorer_from_checkpoint,
+    serving_record,
+    serving_scorer,
+)
 from differank.rankers.metrics.evaluate import evaluate_arrays
 from differank.rankers.run.ranker_inputs import RankingRows, ranking_rows
 from differank.rankers.run.scoring import score_split
 from differank.rankers.scorers.linear import LinearRanker
 
-PROJECT = Path(__file__).resolve().parents[2]  # rankers/run/ -> the project (train.py, conf/)
 MONITOR = "val/ndcg@10"  # what picks the epoch: the metric score() reports
 PREDICT_CHUNK = 1024  # rows per padded list when per-document scores need no queries
 EVAL_BATCH = 128  # queries per scoring batch: conf/data/letor.yaml's eval_batch_size
+KS = (1, 3, 5, 10)  # the cut-offs of eval_metrics_ (the run's test table)
 _OPTION_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_CONFIG_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_/\-]*")
 _ACCELERATORS = {"auto": "auto", "cpu": "cpu", "cuda": "gpu", "gpu": "gpu", "mps": "mps"}
+# conf/data/letor.yaml's keys that name files (the rows are given as arrays)
+_FILE_OPTIONS = (
+    "_target_", "root", "fold", "format", "label_column", "qid_column", "feature_columns",
+    "docid_column", "cache_dir", "verify_cache_hash",
+)  # fmt: skip
+_COMPOSE_LOCK = threading.Lock()
 
 
 @functools.cache
-def train_script() -> ModuleType:
-    """``train.py`` (``run_training``, ``compose_run``) from its file: a script at the project
-    root, not an installed module. A wheel holds no ``train.py`` or ``conf/``; the estimator
-    trains from a source checkout (``pip install -e .``)."""
-    path = PROJECT / "train.py"
-    loaded = sys.modules.get("train")
-    if loaded is not None and Path(getattr(loaded, "__file__", "")).resolve() == path:
-        return loaded
-    if not path.is_file() or not (PROJECT / "conf").is_dir():
-        raise RuntimeError(
-            f"differank.Ranker trains with the project's train.py and conf/, not found in "
-            f"{PROJECT}: install differank from a source checkout (pip install -e .)"
-        )
-    spec = importlib.util.spec_from_file_location("train", path)
-    if spec is None or spec.loader is None:
-        raise RuntimeError(f"{path} cannot be loaded as a module")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _composed(loss: str, model: str) -> dict[str, Any]:
+    """``conf/train.yaml`` with ``loss``, ``model`` and ``data=letor``, resolved, as plain
+    values (composed once per pair; callers copy it)."""
+    from differank.rankers.run.runs import compose_config
+
+    cfg = compose_config([f"loss={loss}", f"model={model}", "data=letor"], run_dir=Path("."))
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+def literal(value: Any) -> Any:
+    """``value`` with every ``${`` of its strings escaped: a parameter is a value, never an
+    interpolation that OmegaConf would resolve (``"${oc.env:SECRET}"`` stays that string)."""
+    if isinstance(value, str):
+        return value.replace("${", "\\${")
+    if isinstance(value, (list, tuple)):
+        return [literal(v) for v in value]
+    if isinstance(value, dict):
+        return {k: literal(v) for k, v in value.items()}
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
 
 
 def hydra_value(value: Any) -> str:
@@ -104,9 +119,19 @@ def hydra_value(value: Any) -> str:
     raise ValueError(f"{value!r} ({type(value).__name__}) is not a config value")
 
 
-class Ranker:
-    """A learning-to-rank estimator with scikit-learn's conventions, trained by ``train.py``'s
-    run code (docs/python.md).
+def _set(config: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = config
+    for key in parents:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ValueError(f"{dotted}: {key} is not a config group with keys")
+    node[leaf] = value
+
+
+class Ranker(BaseEstimator):
+    """A learning-to-rank estimator with scikit-learn's conventions, trained from memory by
+    differank's data module, Lightning module and losses (docs/python.md).
 
     Args:
         loss: a ``conf/loss/`` option (``lambdaloss``, ``listnet``, ``domination``, ...).
@@ -115,17 +140,23 @@ class Ranker:
         model_options: keys of that config (``{"optimizer.lr": 0.01}``); a plain name that is
             not a top-level key is the scorer's (``{"hidden": [128, 64]}`` sets
             ``model.ranker.hidden``).
-        transform: ``data.transform`` (``none``, ``log1p``, ``gaussrank``).
+        feature_transform: ``data.transform`` (``none``, ``log1p``, ``gaussrank``); the name
+            ``transform`` is deprecated (scikit-learn reads a ``transform`` attribute as a
+            transformer's method).
         max_epochs, batch_size (queries per batch), lr, weight_decay: the trainer's, the data's
             and the optimizer's (None: the model config's own).
         early_stopping: None (train ``max_epochs``, keep the best ``eval_set`` epoch) or the
             patience in epochs (needs ``eval_set``).
         seed, device (``auto``, ``cpu``, ``cuda``), precision (``32-true``, ``bf16-mixed``...).
-        verbose: a progress bar; None: only when stdout is a terminal.
+        verbose: one line per epoch on stdout (epoch, training loss, validation NDCG@10, the
+            best so far); False prints nothing; None: only when stdout is a terminal.
         nan_policy: the reader's ``error`` | ``zero`` | ``allow`` for NaN / inf features.
         convention: the NDCG convention of ``score`` and of validation (docs/metrics.md).
         qid_column: a DataFrame column holding the query id (not a feature).
-        output_dir: where run folders are made (None: the system's temporary folder).
+        output_dir: None (nothing is written), or a folder where each fit writes a run folder
+            with its checkpoint (``model.ckpt``, what :meth:`save` writes).
+
+    Every parameter is a literal value: strings are never resolved as interpolations.
 
     Example:
         >>> import numpy as np, differank
@@ -139,9 +170,9 @@ class Ranker:
         True
     """
 
-    # fitted state (set by fit / load)
-    run_dir_: Path | None
-    _feature_importances: np.ndarray | None
+    # fitted state, set by fit or load (annotations only: scikit-learn's rule, nothing in init)
+    checkpoint_: dict[str, Any]
+    history_: list[dict[str, float]] | None
 
     def __init__(
         self,
@@ -149,7 +180,7 @@ class Ranker:
         loss_options: dict | None = None,
         model: str = "mlp",
         model_options: dict | None = None,
-        transform: str = "none",
+        feature_transform: str = "none",
         max_epochs: int = 30,
         batch_size: int = 32,
         lr: float | None = None,
@@ -158,17 +189,18 @@ class Ranker:
         seed: int = 0,
         device: str = "auto",
         precision: str = "32-true",
-        verbose: bool | None = None,
+        verbose: bool | int | None = None,
         nan_policy: str = "error",
         convention: str = "letor",
         qid_column: str | None = "qid",
-        output_dir: str | None = None,
+        output_dir: str | PathLike[str] | None = None,
+        **deprecated: Any,
     ) -> None:
         self.loss = loss
         self.loss_options = loss_options
         self.model = model
         self.model_options = model_options
-        self.transform = transform
+        self.feature_transform = feature_transform
         self.max_epochs = max_epochs
         self.batch_size = batch_size
         self.lr = lr
@@ -182,73 +214,88 @@ class Ranker:
         self.convention = convention
         self.qid_column = qid_column
         self.output_dir = output_dir
-
-    # ---- scikit-learn's parameter protocol ---------------------------------------------------
-
-    @classmethod
-    def _param_names(cls) -> list[str]:
-        return [name for name in inspect.signature(cls.__init__).parameters if name != "self"]
-
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """The constructor's parameters (scikit-learn's protocol; nothing nested)."""
-        return {name: getattr(self, name) for name in self._param_names()}
-
-    def set_params(self, **params: Any) -> Ranker:
-        """Set constructor parameters by name; returns ``self``."""
-        names = self._param_names()
-        for name, value in params.items():
-            if name not in names:
-                raise ValueError(f"Ranker has no parameter {name!r}; its parameters: {names}")
-            setattr(self, name, value)
-        return self
-
-    def __repr__(self) -> str:
-        defaults = {
-            name: p.default for name, p in inspect.signature(type(self).__init__).parameters.items()
-        }
-        changed = [f"{k}={v!r}" for k, v in self.get_params().items() if v != defaults[k]]
-        return f"Ranker({', '.join(changed)})"
+        if "transform" in deprecated:  # renamed in 0.3.0
+            warnings.warn(
+                "Ranker(transform=...) is deprecated and will be removed in 0.4.0: use "
+                "Ranker(feature_transform=...)",
+                FutureWarning,
+                stacklevel=2,
+            )
+            self.feature_transform = deprecated.pop("transform")
+        if deprecated:
+            raise TypeError(
+                f"Ranker() got unexpected keyword argument(s) {sorted(deprecated)}; its "
+                f"parameters: {sorted(self._get_param_names())}"
+            )
 
     def __sklearn_tags__(self):
-        """scikit-learn's tags (asked for by scikit-learn only, which is then installed)."""
-        from sklearn.utils import InputTags, Tags, TargetTags
+        """scikit-learn's tags: a supervised estimator of no classifier / regressor kind."""
+        tags = super().__sklearn_tags__()
+        tags.target_tags.required = True
+        tags.input_tags.sparse = True
+        tags.input_tags.allow_nan = self.nan_policy != "error"
+        return tags
 
-        return Tags(
-            estimator_type=None,
-            target_tags=TargetTags(required=True),
-            input_tags=InputTags(sparse=True, allow_nan=self.nan_policy != "error"),
-        )
-
-    # ---- training ----------------------------------------------------------------------------
+    # ---- the configuration -------------------------------------------------------------------
 
     def train_overrides(self) -> list[str]:
         """The ``python train.py`` overrides of this estimator's parameters, without the data's
-        place: ``python train.py <these> data=letor data.root=FOLDER`` trains the same model."""
-        overrides = [f"loss={self.loss}", f"model={self.model}"]
-        overrides += [f"loss.{key}={hydra_value(value)}" for key, value in self._options("loss")]
-        overrides += [f"model.{key}={hydra_value(value)}" for key, value in self._model_keys()]
-        overrides += [
-            f"data.transform={self.transform}",
-            f"data.batch_size={self._int('batch_size', self.batch_size, 1)}",
-            f"data.nan_policy={self.nan_policy}",
-            f"trainer.max_epochs={self._int('max_epochs', self.max_epochs, 1)}",
-            f"seed={self._int('seed', self.seed, 0)}",
-            f"trainer.accelerator={self._accelerator()}",
-            f"trainer.precision={self.precision}",
-            f"metrics.convention={self.convention}",
-            f"monitor={hydra_value(MONITOR)}",
-            "logger=csv",  # per-epoch metrics (csv/version_0/metrics.csv) for the curves
+        place: ``python train.py <these> data=letor data.root=FOLDER`` trains the same model on
+        the same rows written as a LETOR fold (``Fold1/{train,vali,test}``)."""
+        settings = self._settings()
+        groups = [f"{key}={value}" for key, value in settings[:2]]  # checked config names
+        return (
+            groups
+            + [f"{key}={hydra_value(value)}" for key, value in settings[2:]]
+            + [
+                "logger=csv",
+                "~callbacks.early_stopping"
+                if self.early_stopping is None
+                else f"callbacks.early_stopping.patience={self._patience()}",
+            ]
+        )
+
+    def _settings(self) -> list[tuple[str, Any]]:
+        """``(dotted config key, value)`` of every parameter, checked; group choices first."""
+        settings: list[tuple[str, Any]] = [
+            ("loss", self._config_name("loss", self.loss)),
+            ("model", self._config_name("model", self.model)),
+        ]
+        settings += [(f"loss.{key}", value) for key, value in self._options("loss")]
+        settings += [(f"model.{key}", value) for key, value in self._model_keys()]
+        seed = self._int("seed", self.seed, 0)
+        settings += [
+            ("data.transform", self._text("feature_transform", self.feature_transform)),
+            ("data.batch_size", self._int("batch_size", self.batch_size, 1)),
+            ("data.nan_policy", self._text("nan_policy", self.nan_policy)),
+            ("trainer.max_epochs", self._int("max_epochs", self.max_epochs, 1)),
+            ("seed", seed),
+            ("trainer.accelerator", self._accelerator()),
+            ("trainer.precision", self._text("precision", self.precision)),
+            ("metrics.convention", self._text("convention", self.convention)),
+            ("monitor", MONITOR),
         ]
         for name in ("lr", "weight_decay"):
             value = getattr(self, name)
             if value is not None:
-                overrides.append(f"model.optimizer.{name}={hydra_value(float(value))}")
-        if self.early_stopping is None:
-            overrides.append("~callbacks.early_stopping")
-        else:
-            patience = self._int("early_stopping", self.early_stopping, 1)
-            overrides.append(f"callbacks.early_stopping.patience={patience}")
-        return overrides
+                settings.append((f"model.optimizer.{name}", self._float(name, value)))
+        return settings
+
+    def _config(self) -> dict[str, Any]:
+        """The run's config: ``conf/train.yaml`` composed with the loss, the model and
+        ``data=letor``, every parameter set as a literal value."""
+        settings = self._settings()
+        config = copy.deepcopy(_composed(settings[0][1], settings[1][1]))
+        for key, value in settings[2:]:
+            _set(config, key, literal(value))
+        config["data"]["seed"] = config["seed"]  # conf/data/*.yaml: seed: ${seed}
+        return config
+
+    @staticmethod
+    def _config_name(group: str, name: Any) -> str:
+        if not isinstance(name, str) or not _CONFIG_NAME.fullmatch(name):
+            raise ValueError(f"{group} must name a conf/{group}/ option, got {name!r}")
+        return name
 
     def _options(self, group: str) -> list[tuple[str, Any]]:
         options = getattr(self, f"{group}_options") or {}
@@ -260,10 +307,7 @@ class Ranker:
         return list(options.items())
 
     def _model_keys(self) -> list[tuple[str, Any]]:
-        from omegaconf import OmegaConf
-
-        path = PROJECT / "conf" / "model" / f"{self.model}.yaml"
-        top = set(OmegaConf.load(path)) if path.is_file() else set()  # missing: Hydra says so
+        top = set(_composed(self._config_name("loss", self.loss), self.model)["model"])
         return [
             (key if "." in key or key in top or "ranker" not in top else f"ranker.{key}", value)
             for key, value in self._options("model")
@@ -274,11 +318,28 @@ class Ranker:
             raise ValueError(f"device must be one of {list(_ACCELERATORS)}, got {self.device!r}")
         return _ACCELERATORS[self.device]
 
+    def _patience(self) -> int:
+        return self._int("early_stopping", self.early_stopping, 1)
+
     @staticmethod
     def _int(name: str, value: Any, minimum: int) -> int:
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
             raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
         return int(value)
+
+    @staticmethod
+    def _float(name: str, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+            raise ValueError(f"{name} must be a number, got {value!r}")
+        return float(value)
+
+    @staticmethod
+    def _text(name: str, value: Any) -> str:
+        if not isinstance(value, str):
+            raise ValueError(f"{name} must be a string, got {value!r}")
+        return value
+
+    # ---- training ----------------------------------------------------------------------------
 
     def fit(
         self,
@@ -287,72 +348,103 @@ class Ranker:
         *,
         qid=None,
         group=None,
+        sample_weight=None,
         eval_set=None,
         eval_qid=None,
         eval_group=None,
     ) -> Ranker:
         """Train on ``X, y`` grouped by ``qid`` (one id per row; rows of a query need not be
-        contiguous) or ``group`` (sizes of consecutive queries). ``eval_set`` ``(X, y)`` (or a
-        list holding one such pair) with ``eval_qid`` / ``eval_group`` picks the epoch by
-        NDCG@10 (and stops early with ``early_stopping``); without it the last epoch is kept and
-        validation runs on the training rows. ``X`` (and ``eval_set``) may be the path of a
-        LETOR file, which holds its labels and qids (``y`` None). Returns ``self``."""
-        overrides = self.train_overrides()  # parameters checked before any data is written
+        contiguous) or ``group`` (sizes of consecutive queries). ``sample_weight`` weighs each
+        query's loss: one weight per row (LightGBM's form: a query weighs the mean of its rows'
+        weights) or one per query (XGBoost's, in order of first appearance). ``eval_set``: an
+        ``(X, y)`` pair or a list of them, with ``eval_qid`` / ``eval_group`` (a list, one per
+        pair); the first picks the epoch by NDCG@10 (and stops early with
+        ``early_stopping``), every one is scored at the end (``eval_results_``). Without one
+        the last epoch is kept and no validation runs. ``X`` (and each ``eval_set`` entry) may
+        be the path of a LETOR or Parquet file, which holds its labels and qids (``y`` None).
+        Returns ``self``."""
+        from differank.rankers.training.fitting import fit_in_memory
+
+        config = self._config()  # parameters checked before any data is read
+        patience = None if self.early_stopping is None else self._patience()
         train = self._rows(X, y, qid, group, "X")
         evals = self._eval_rows(eval_set, eval_qid, eval_group, train)
-        if evals is None and self.early_stopping is not None:
+        if not evals and patience is not None:
             raise ValueError("early_stopping needs an eval_set to watch")
-        parent = None if self.output_dir is None else Path(self.output_dir).expanduser()
-        if parent is not None:
-            parent.mkdir(parents=True, exist_ok=True)
-        run_dir = Path(tempfile.mkdtemp(prefix="ranker-", dir=parent))
-        root = run_dir / "data"
-        write_fold(root, train, evals if evals is not None else train)
-        if evals is None:  # no epoch to pick: the last one is tested and kept
-            overrides.append("~callbacks.model_checkpoint")
-        run = [
-            *overrides,
-            "data=letor",
-            f"data.root={hydra_value(str(root))}",
-            f"data.cache_dir={hydra_value(str(run_dir / 'cache'))}",
-            f"hydra.run.dir={hydra_value(str(run_dir))}",
-            f"quiet={hydra_value(not self._verbose())}",
-        ]
-        try:
-            with self._lightning_messages():
-                metrics = train_script().run_training(run, run_dir)
-        except BaseException:  # a failed fit leaves no folder behind
-            shutil.rmtree(run_dir, ignore_errors=True)
-            raise
-        finally:  # the fold and its cache were only the run's input
-            shutil.rmtree(root, ignore_errors=True)
-            shutil.rmtree(run_dir / "cache", ignore_errors=True)
-        best = run_dir / "checkpoints" / ("best.ckpt" if evals is not None else "last.ckpt")
-        self._set_fitted(load_checkpoint(best), best, train.feature_names)
-        self.run_dir_ = run_dir
-        self.overrides_ = overrides
-        self.best_score_ = metrics.pop(MONITOR)
-        self.eval_metrics_ = metrics if evals is not None else None
-        self._importance_rows = evals if evals is not None else train
+        weights = query_weights(sample_weight, train)
+        data_options = {k: v for k, v in config["data"].items() if k not in _FILE_OPTIONS}
+        datamodule = InMemoryDataModule(
+            split_arrays(train, "X", weights),
+            split_arrays(evals[0], "eval_set[0] X") if evals else None,
+            **data_options,
+        )
+        weighted = {} if weights is None else {"query_weights": True}  # gradient models only
+
+        def build_module():
+            return _built(
+                "model",
+                config["model"],
+                loss=_built("loss", config["loss"]),
+                n_features=datamodule.n_features,
+                metric_convention=config["metrics"]["convention"],
+                **weighted,
+            )
+
+        guards = [_built("callbacks", config["callbacks"]["finite_guard"])]
+        if evals:
+            guards.append(_built("callbacks", config["callbacks"]["validation_signal"]))
+        result = fit_in_memory(
+            build_module,
+            datamodule,
+            max_epochs=config["trainer"]["max_epochs"],
+            seed=config["seed"],
+            monitor=MONITOR if evals else None,
+            patience=patience,
+            accelerator=config["trainer"]["accelerator"],
+            precision=config["trainer"]["precision"],
+            deterministic=config["trainer"]["deterministic"],
+            callbacks=guards,
+            verbose=self._verbose(),
+        )
+        module = result.module.cpu().eval()
+        serving = serving_record(datamodule)
+        self.checkpoint_ = {
+            "epoch": result.best_epoch if result.best_epoch is not None else result.epochs - 1,
+            "state_dict": module.state_dict(),
+            "differank": {
+                "config": OmegaConf.to_container(OmegaConf.create(config), resolve=True),
+                "monitor": MONITOR,
+                "data": data_fingerprint(datamodule),
+                "serving": serving,
+                "validation": _validation(result.history, result.best_epoch),
+            },
+        }
+        self.scorer_ = serving_scorer(module.ranker, serving).eval()  # type: ignore[arg-type]
+        self.n_features_in_ = self.scorer_.n_features
+        self._set_feature_names(train.feature_names)
+        self.history_ = result.history
+        self.best_epoch_ = result.best_epoch
+        self.best_score_ = result.best_score
+        self.eval_results_ = [self._metrics(rows) for rows in evals]
+        self.eval_metrics_ = self.eval_results_[0] if evals else None
+        self.overrides_ = self.train_overrides()
+        self._importance_rows = evals[0] if evals else train
+        self._feature_importances: np.ndarray | None = None
+        self.run_dir_ = self.checkpoint_path_ = None
+        if self.output_dir is not None:
+            self.run_dir_ = self._new_run_folder()
+            self.checkpoint_path_ = self.save(self.run_dir_ / "model.ckpt")
         return self
+
+    def _new_run_folder(self) -> Path:
+        import tempfile
+
+        parent = Path(self.output_dir).expanduser()  # type: ignore[arg-type]
+        parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix="ranker-", dir=parent))
 
     def _verbose(self) -> bool:
         return sys.stdout.isatty() if self.verbose is None else bool(self.verbose)
-
-    @contextlib.contextmanager
-    def _lightning_messages(self) -> Iterator[None]:
-        """Lightning's set-up lines (accelerator, seed) and its advice on the logging interval
-        (a small set has fewer batches than ``log_every_n_steps``) only when verbose."""
-        logger = logging.getLogger("pytorch_lightning")
-        level = logger.level
-        with warnings.catch_warnings():
-            if not self._verbose():
-                logger.setLevel(logging.WARNING)
-                warnings.filterwarnings("ignore", message=".*smaller than the logging interval")
-            try:
-                yield
-            finally:
-                logger.setLevel(level)
 
     def _rows(
         self, X, y, qid, group, where: str, require_queries: bool = True, n_features=None
@@ -367,7 +459,10 @@ class Ranker:
                 )
             X, y, qid = self._read_path(Path(X), n_features)
         elif y is None and require_queries:
-            raise ValueError(f"{where}: labels are needed: pass y (graded relevance 0..31)")
+            raise ValueError(
+                f"{where}: labels are needed: Ranker requires y to be passed, but the target y "
+                "is None (graded relevance 0..31)"
+            )
         return ranking_rows(
             X,
             y,
@@ -389,57 +484,58 @@ class Ranker:
         return read_letor(path, nan_policy=self.nan_policy, n_features=n_features)
 
     def plot_curves(self, path=None):
-        """The fit's training loss and validation metrics per epoch, the chosen epoch marked
-        (the run folder's ``curves.png``, redrawn): a ``matplotlib.figure.Figure``, also
-        written to ``path`` (PNG) when given."""
-        from differank.rankers.run.curves import plot_run_curves
+        """The fit's training loss and validation metrics per epoch, the chosen epoch marked:
+        a ``matplotlib.figure.Figure``, also written to ``path`` (PNG) when given. Drawn only
+        when asked for (a fit draws nothing)."""
+        from differank.rankers.run.curves import history_curves, plot_curves
 
         self._fitted()
-        if self.run_dir_ is None:
+        if getattr(self, "history_", None) is None:
             raise ValueError(
                 "this Ranker was loaded from a checkpoint, which keeps no per-epoch metrics: "
-                "its curves are the training run folder's curves.png"
+                "its curves are those of the fit that trained it"
             )
-        return plot_run_curves(self.run_dir_, path, monitor=MONITOR, mode="max")
+        curves = history_curves(self.history_, monitor=MONITOR, mode="max")
+        return plot_curves(curves, path, title="differank.Ranker")
 
-    def _eval_rows(self, eval_set, eval_qid, eval_group, train: RankingRows) -> RankingRows | None:
+    def _eval_rows(self, eval_set, eval_qid, eval_group, train: RankingRows) -> list[RankingRows]:
+        """The ``eval_set`` pairs as checked rows (the first picks the epoch)."""
         if eval_set is None:
             if eval_qid is not None or eval_group is not None:
                 raise ValueError("eval_qid / eval_group were given without an eval_set")
-            return None
-        if isinstance(eval_set, (str, PathLike)):
-            eval_set = (eval_set, None)
-        if isinstance(eval_set, list):
-            if len(eval_set) != 1:
-                raise ValueError(
-                    f"eval_set: one (X, y) pair picks the epoch, got {len(eval_set)} pairs"
-                )
-            eval_set = eval_set[0]
-            eval_qid = eval_qid[0] if isinstance(eval_qid, list) else eval_qid
-            eval_group = eval_group[0] if isinstance(eval_group, list) else eval_group
-        if not isinstance(eval_set, tuple) or len(eval_set) != 2:
-            raise ValueError("eval_set must be an (X, y) pair or a list holding one")
+            return []
+        single = not isinstance(eval_set, list)
+        pairs = [eval_set] if single else list(eval_set)
+        if not pairs:
+            raise ValueError("eval_set is an empty list: pass (X, y) pairs, or None")
+        qids = _per_pair("eval_qid", eval_qid, len(pairs), single)
+        groups = _per_pair("eval_group", eval_group, len(pairs), single)
         count = train.features.shape[1]
-        rows = self._rows(*eval_set, eval_qid, eval_group, "eval_set X", n_features=count)
-        check_same_features(rows, train.features.shape[1], train.feature_names, "eval_set X")
+        rows = []
+        for index, pair in enumerate(pairs):
+            where = f"eval_set[{index}] X"
+            if isinstance(pair, (str, PathLike)):
+                pair = (pair, None)
+            if not isinstance(pair, tuple) or len(pair) != 2:
+                raise ValueError(f"eval_set[{index}] must be an (X, y) pair or a data file path")
+            checked = self._rows(*pair, qids[index], groups[index], where, n_features=count)
+            check_same_features(checked, count, train.feature_names, where)
+            rows.append(checked)
         return rows
 
-    def _set_fitted(self, checkpoint: dict, path: Path, names: list[str] | None) -> None:
-        self.scorer_, _ = scorer_from_checkpoint(checkpoint, path)
-        self.checkpoint_path_ = path
-        self.n_features_in_ = self.scorer_.n_features
+    def _set_feature_names(self, names: list[str] | None) -> None:
         if names is not None:
             self.feature_names_in_ = np.asarray(names, dtype=object)
         elif hasattr(self, "feature_names_in_"):
             del self.feature_names_in_
-        self._feature_importances = None
 
     # ---- scoring -----------------------------------------------------------------------------
 
     def _fitted(self) -> None:
         if not hasattr(self, "scorer_"):
             raise NotFittedError(
-                "this Ranker is not fitted yet: call fit(X, y, qid=...) or Ranker.load(path)"
+                "This Ranker instance is not fitted yet. Call 'fit' with appropriate arguments "
+                "(fit(X, y, qid=...)) or Ranker.load(path) before using this estimator."
             )
 
     def predict(self, X, qid=None, group=None) -> np.ndarray:
@@ -466,21 +562,38 @@ class Ranker:
 
     def score(self, X, y=None, qid=None, group=None) -> float:
         """Mean NDCG@10 over the queries of ``X`` under ``convention`` (default ``letor``:
-        LETOR 4.0's rules, docs/metrics.md#conventions)."""
+        LETOR 4.0's rules, docs/metrics.md#conventions). In scikit-learn's model selection on
+        arrays, ``qid`` reaches ``score`` through metadata routing
+        (``sklearn.set_config(enable_metadata_routing=True)`` and
+        ``Ranker(...).set_fit_request(qid=True).set_score_request(qid=True)``)."""
         self._fitted()
+        if not isinstance(X, (str, PathLike)) and qid is None and group is None:
+            frame_qid = self.qid_column is not None and _has_column(X, self.qid_column)
+            if not frame_qid:
+                raise ValueError(
+                    "score needs the query of each row: pass qid= or group=; in scikit-learn's "
+                    "model selection (GridSearchCV, cross_val_score) on arrays, route it: "
+                    "sklearn.set_config(enable_metadata_routing=True) and "
+                    "Ranker(...).set_fit_request(qid=True).set_score_request(qid=True), then "
+                    "search.fit(X, y, groups=qid, qid=qid)"
+                )
         rows = self._rows(X, y, qid, group, "X", n_features=self.n_features_in_)
-        return self._ndcg10(rows, self._scores(rows))
+        return float(self._metrics_at(rows, (10,))["ndcg@10"])
 
-    def _ndcg10(self, rows: RankingRows, scores: np.ndarray) -> float:
+    def _metrics(self, rows: RankingRows) -> dict[str, float]:
+        return self._metrics_at(rows, KS)
+
+    def _metrics_at(self, rows: RankingRows, ks: tuple[int, ...]) -> dict[str, float]:
+        scores = self._scores(rows)
         means = evaluate_arrays(
-            scores, rows.labels, rows.queries, ks=(10,), convention=self.convention
+            scores, rows.labels, rows.queries, ks=ks, convention=self.convention
         )
-        return float(means["ndcg@10"])
+        return {name: float(value) for name, value in means.items()}
 
     @property
     def feature_importances_(self) -> np.ndarray:
-        """float64 [F]: permutation importance, the drop in NDCG@10 on the ``eval_set`` (the
-        training rows without one) when feature j's column is shuffled across rows (one
+        """float64 [F]: permutation importance, the drop in NDCG@10 on the first ``eval_set``
+        (the training rows without one) when feature j's column is shuffled across rows (one
         permutation drawn with ``seed``). A loaded estimator has no rows to permute."""
         self._fitted()
         rows = getattr(self, "_importance_rows", None)
@@ -489,21 +602,22 @@ class Ranker:
                 "feature_importances_ needs the eval_set of fit(); a loaded Ranker has none"
             )
         if self._feature_importances is None:
-            base = self._ndcg10(rows, self._scores(rows))
+            base = self._metrics_at(rows, (10,))["ndcg@10"]
             order = np.random.default_rng(self.seed).permutation(rows.num_rows)
             drops = np.zeros(rows.features.shape[1])
             for column in range(len(drops)):
                 shuffled = rows.features.copy()
                 shuffled[:, column] = rows.features[order, column]
                 moved = RankingRows(shuffled, rows.labels, rows.queries, rows.feature_names)
-                drops[column] = base - self._ndcg10(rows, self._scores(moved))
+                drops[column] = base - self._metrics_at(moved, (10,))["ndcg@10"]
             self._feature_importances = drops
         return self._feature_importances
 
     @property
     def coef_(self) -> np.ndarray:
         """float64 [F]: a linear scorer's weights (``model=linear``, and ConeRank's serving
-        form), on the normalised features the scorer sees (``transform``, then z-score)."""
+        form), on the normalised features the scorer sees (``feature_transform``, then
+        z-score)."""
         self._fitted()
         ranker = self.scorer_.ranker
         if not isinstance(ranker, LinearRanker):
@@ -512,42 +626,174 @@ class Ranker:
 
     # ---- files -------------------------------------------------------------------------------
 
-    def save(self, path) -> Path:
-        """The fitted model as one checkpoint file: the run's checkpoint, which
-        ``differank.load_ranker``, ``python train.py task=predict|export ckpt_path=...`` and
+    def save(self, path: str | PathLike[str]) -> Path:
+        """The fitted model as one checkpoint file (written whole or not at all), which
+        ``differank.load_ranker``, ``differank task=predict|export ckpt_path=...`` and
         :meth:`load` read, with the estimator's parameters added to its record."""
         self._fitted()
-        checkpoint = load_checkpoint(self.checkpoint_path_)
+        checkpoint: dict[str, Any] = dict(self.checkpoint_)
         try:  # plain values only: a checkpoint is read with weights_only=True
-            params = json.loads(json.dumps(self.get_params()))
+            params = _plain(self.get_params())
         except TypeError as error:
             raise ValueError(f"a parameter is not a plain value ({error})") from None
         names = getattr(self, "feature_names_in_", None)
-        checkpoint["differank"]["estimator"] = {
-            "params": params,
-            "feature_names": None if names is None else [str(n) for n in names],
+        checkpoint["differank"] = {
+            **checkpoint["differank"],
+            "estimator": {
+                "params": params,
+                "feature_names": None if names is None else [str(n) for n in names],
+            },
         }
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
         return write_file(Path(path).expanduser(), buffer.getvalue())
 
     @classmethod
-    def load(cls, path) -> Ranker:
+    def load(cls, path: str | PathLike[str]) -> Ranker:
         """A fitted estimator from :meth:`save`'s file or any ``train.py`` checkpoint (then
-        with default parameters besides what the scorer holds)."""
+        with default parameters besides what the scorer holds). The estimator record is
+        checked entry by entry: a tampered one is refused naming the entry."""
         path = Path(path).expanduser()
         checkpoint = load_checkpoint(path)
-        saved = checkpoint.get("differank", {}).get("estimator") or {}
-        params = saved.get("params") or {}
-        ranker = cls(**{k: v for k, v in params.items() if k in cls._param_names()})
-        ranker._set_fitted(checkpoint, path, saved.get("feature_names"))
+        params, names = estimator_record(checkpoint, path)
+        ranker = cls(**params)
+        ranker.scorer_, _ = scorer_from_checkpoint(checkpoint, path)
+        ranker.checkpoint_ = checkpoint
+        ranker.checkpoint_path_ = path
+        ranker.n_features_in_ = ranker.scorer_.n_features
+        if names is not None and len(names) != ranker.n_features_in_:
+            raise ValueError(
+                f"{path}: estimator['feature_names'] has {len(names)} names for "
+                f"{ranker.n_features_in_} features; the file was altered: save it again"
+            )
+        ranker._set_feature_names(names)
         ranker.run_dir_ = None
+        ranker.history_ = None
+        ranker._feature_importances = None
         return ranker
 
 
-class NotFittedError(ValueError, AttributeError):
-    """A fitted attribute or method of a :class:`Ranker` that has not been fitted (what
-    scikit-learn's ``NotFittedError`` is: both a ValueError and an AttributeError)."""
+def estimator_record(checkpoint: dict, path: Path) -> tuple[dict[str, Any], list[str] | None]:
+    """The estimator's parameters and feature names saved with ``checkpoint`` (none: a
+    ``train.py`` checkpoint), each entry checked: a known parameter name with a plain value,
+    names as strings; anything else is refused naming the entry."""
+    record = checkpoint.get("differank")
+    saved = record.get("estimator") if isinstance(record, dict) else None
+    if saved is None:
+        return {}, None
+    if not isinstance(saved, dict):
+        raise ValueError(f"{path}: estimator is a {type(saved).__name__}, not a record")
+    params = saved.get("params") or {}
+    if not isinstance(params, dict):
+        raise ValueError(f"{path}: estimator['params'] is not a dict of parameters")
+    known = Ranker._get_param_names()
+    for name, value in params.items():
+        if name not in known:
+            raise ValueError(f"{path}: estimator['params'][{name!r}] is not a Ranker parameter")
+        try:
+            _plain(value)
+        except TypeError:
+            raise ValueError(
+                f"{path}: estimator['params'][{name!r}] is not a plain value ({value!r})"
+            ) from None
+    names = saved.get("feature_names")
+    if names is not None and (
+        not isinstance(names, list) or not all(isinstance(n, str) for n in names)
+    ):
+        raise ValueError(f"{path}: estimator['feature_names'] is not a list of strings")
+    return params, names
+
+
+def _built(group: str, node: dict[str, Any], **arguments: Any) -> Any:
+    """The object a config node describes; a refused value is the ValueError or TypeError of
+    the class that refused it, prefixed with the group (not Hydra's wrapper)."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    try:
+        return instantiate(node, **arguments)
+    except InstantiationException as error:
+        cause = error.__cause__
+        if isinstance(cause, ValueError):
+            raise ValueError(f"{group} ({node.get('_target_')}): {cause}") from cause
+        if isinstance(cause, TypeError):
+            raise TypeError(f"{group} ({node.get('_target_')}): {cause}") from cause
+        raise
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON's plain values (TypeError for anything else)."""
+    import json
+
+    return json.loads(json.dumps(value))
+
+
+def _per_pair(name: str, value, pairs: int, single: bool) -> list:
+    """``eval_qid`` / ``eval_group`` as one entry per ``eval_set`` pair."""
+    if value is None:
+        return [None] * pairs
+    if single:
+        return [value]
+    if not isinstance(value, list) or len(value) != pairs:
+        raise ValueError(
+            f"{name} must be a list with one entry per eval_set pair ({pairs}), got {value!r}"
+        )
+    return value
+
+
+def _has_column(X, name: str) -> bool:
+    columns = getattr(X, "columns", None)
+    return columns is not None and name in [str(c) for c in columns]
+
+
+def _validation(history: list[dict[str, float]], epoch: int | None) -> dict[str, float]:
+    """The validation metrics of ``epoch`` (a checkpoint's ``validation`` entry)."""
+    for row in history:
+        if epoch is not None and int(row["epoch"]) == epoch:
+            return {k: v for k, v in row.items() if k.startswith("val/")}
+    return {}
+
+
+def query_weights(sample_weight, rows: RankingRows) -> np.ndarray | None:
+    """float64 [Q]: each query's weight, in order of first appearance, from one weight per row
+    (LightGBM's form: the mean of the query's rows) or one per query (XGBoost's)."""
+    if sample_weight is None:
+        return None
+    if isinstance(sample_weight, torch.Tensor):
+        sample_weight = sample_weight.detach().cpu().numpy()
+    weights = np.asarray(sample_weight)
+    if weights.dtype.kind not in "biuf" or weights.ndim != 1:
+        raise ValueError(
+            f"sample_weight must be a 1-D array of numbers, got dtype {weights.dtype} and "
+            f"shape {weights.shape}"
+        )
+    weights = weights.astype(np.float64)
+    if rows.queries is None:
+        raise ValueError("sample_weight weighs queries: pass qid= or group=")
+    queries = int(rows.queries.max()) + 1
+    if len(weights) == rows.num_rows:
+        sums = np.bincount(rows.queries, weights=weights, minlength=queries)
+        weights = sums / np.bincount(rows.queries, minlength=queries)
+    elif len(weights) != queries:
+        raise ValueError(
+            f"sample_weight has {len(weights)} values: give one per row ({rows.num_rows}) or "
+            f"one per query ({queries})"
+        )
+    bad = ~np.isfinite(weights) | (weights < 0)
+    if bad.any():
+        raise ValueError(
+            f"sample_weight: query {int(np.argmax(bad))} has weight {weights[bad][0]}; weights "
+            "must be finite and non-negative"
+        )
+    if not weights.any():
+        raise ValueError("sample_weight: every weight is zero: there is nothing to train on")
+    return weights
+
+
+def split_arrays(rows: RankingRows, name: str, weights: np.ndarray | None = None) -> SplitArrays:
+    """Checked rows as the in-memory data module's split (query codes as its qids)."""
+    assert rows.labels is not None and rows.queries is not None  # fit's rows have both
+    return SplitArrays(rows.features, rows.labels, rows.queries, name, weights)
 
 
 def check_same_features(rows: RankingRows, n_features: int, names, where: str) -> None:
@@ -555,7 +801,8 @@ def check_same_features(rows: RankingRows, n_features: int, names, where: str) -
     count = rows.features.shape[1]
     if count != n_features:
         raise ValueError(
-            f"{where} has {count} features, but the Ranker was fitted with {n_features}"
+            f"{where} has {count} features, but Ranker is expecting {n_features} features as "
+            "input (the count it was fitted with)"
         )
     if names is not None and rows.feature_names is not None:
         if list(rows.feature_names) != [str(n) for n in names]:
@@ -583,10 +830,4 @@ def as_split(features: np.ndarray, labels: np.ndarray, queries: np.ndarray) -> L
     )
 
 
-def write_fold(root: Path, train: RankingRows, evals: RankingRows) -> None:
-    """``root/Fold1/{train,vali,test}.txt``: the training rows, and the evaluation rows as
-    validation and test (the run's test table is then the eval set's)."""
-    folder = root / "Fold1"
-    write_letor(folder / "train.txt", train.features, train.labels, train.queries)
-    write_letor(folder / "vali.txt", evals.features, evals.labels, evals.queries)
-    shutil.copyfile(folder / "vali.txt", folder / "test.txt")
+__all__ = ["Ranker", "NotFittedError", "query_weights", "hydra_value", "literal"]

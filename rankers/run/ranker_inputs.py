@@ -36,7 +36,12 @@ import numpy as np
 import torch
 from scipy import sparse
 
-from differank.datamodules.reader import FLOAT32_MAX, NAN_POLICIES, group_queries
+from differank.datamodules.reader import (
+    FLOAT32_MAX,
+    NAN_POLICIES,
+    available_memory_bytes,
+    group_queries,
+)
 
 MAX_LABEL = 31  # the reader's largest grade (2^31 - 1 is the largest finite gain it keeps)
 
@@ -111,10 +116,27 @@ def _check_numeric_columns(frame, where: str) -> None:
             )
 
 
+def check_dense_budget(shape: tuple[int, ...], where: str) -> None:
+    """Refuse, before anything is allocated, rows whose dense float32 features (the data
+    module's copy, and the normalised one it trains on: twice ``rows x features x 4`` bytes)
+    exceed the memory this machine can give."""
+    rows, columns = (int(n) for n in shape)
+    need = 2 * rows * columns * np.dtype(np.float32).itemsize
+    available = available_memory_bytes()
+    if available is not None and need > available:
+        raise ValueError(
+            f"{where}: {rows} rows x {columns} features need {need / 2**30:.2f} GiB as dense "
+            f"float32 features (the data module holds them dense), but {available / 2**30:.2f} "
+            "GiB is available: select the features used, or train on fewer rows"
+        )
+
+
 def _float32_matrix(X, where: str) -> np.ndarray:
     if isinstance(X, torch.Tensor):
         X = X.detach().cpu().numpy()
     elif sparse.issparse(X):
+        if len(X.shape) == 2:
+            check_dense_budget(X.shape, where)  # before densifying
         X = X.toarray()  # the data module holds dense float32 features
     elif is_dataframe(X):
         X = X.to_numpy(dtype=np.float64)
@@ -125,12 +147,25 @@ def _float32_matrix(X, where: str) -> np.ndarray:
     if array.ndim != 2:
         raise ValueError(
             f"{where}: expected a 2-D matrix [rows, features], got shape {array.shape}"
-            + ("; one row: X.reshape(1, -1)" if array.ndim == 1 else "")
+            + ("; Reshape your data: one row is X.reshape(1, -1)" if array.ndim == 1 else "")
         )
+    if array.dtype.kind == "c":
+        raise ValueError(f"{where}: Complex data not supported (dtype {array.dtype})")
+    if array.dtype.kind == "O":  # numbers held as objects: converted, anything else refused
+        array = array.astype(np.float64)  # TypeError naming the value that is not a number
     if array.dtype.kind not in "biuf":
         raise ValueError(f"{where}: expected numbers, got dtype {array.dtype}")
-    if array.shape[0] == 0 or array.shape[1] == 0:
-        raise ValueError(f"{where}: no rows or no features (shape {array.shape})")
+    if array.shape[0] == 0:
+        raise ValueError(
+            f"{where}: Found array with 0 sample(s) (shape={array.shape}) while a minimum of 1 "
+            "is required."
+        )
+    if array.shape[1] == 0:
+        raise ValueError(
+            f"{where}: Found array with 0 feature(s) (shape={array.shape}) while a minimum of 1 "
+            "is required."
+        )
+    check_dense_budget(array.shape, where)
     with np.errstate(over="ignore"):  # beyond float32's range -> inf, refused below
         return np.ascontiguousarray(array, dtype=np.float32)
 
@@ -172,10 +207,15 @@ def letor_labels(y, n_rows: int, where: str = "y") -> np.ndarray:
         raise ValueError(
             f"{where}: expected one label per row ({n_rows}), got shape {labels.shape}"
         )
+    if labels.dtype.kind == "O":  # numbers held as objects are numbers
+        try:
+            labels = labels.astype(np.float64)
+        except (TypeError, ValueError):
+            pass
     if labels.dtype.kind not in "biuf":
         raise ValueError(
-            f"{where}: labels must be non-negative numbers (graded relevance 0..{MAX_LABEL}), "
-            f"got dtype {labels.dtype}"
+            f"{where}: Unknown label type: labels must be non-negative numbers (graded "
+            f"relevance 0..{MAX_LABEL}), got dtype {labels.dtype}"
         )
     values = labels.astype(np.float64)
     bad = ~np.isfinite(values) | (values < 0) | (values > MAX_LABEL) | (values != np.round(values))

@@ -37,20 +37,11 @@ from differank.rankers.run.scoring import (
     score_split,
     write_predictions,
 )
+from differank.rankers.training.console import NOISY_WARNINGS
 
 TASKS = ("fit", "test", "predict", "export", "simulate")
 _NEED_CHECKPOINT = ("test", "predict", "export")
 log = logging.getLogger(__name__)
-
-# Known third-party noise, filtered as pyproject.toml's pytest filterwarnings does. Only these
-# exact messages: differank's own warnings (and any other) always show.
-NOISY_WARNINGS = (
-    r".*isinstance\(treespec, LeafSpec\)",  # pytorch_lightning's pytree vs newer torch
-    r".*does not have many workers",  # the LETOR loaders are in-memory; workers do not help
-    r"You are using a custom batch sampler",  # ours shards queries itself (DDP)
-    r"The `srun` command is available",  # a SLURM login node running a local job
-    r"MLFlow only allows",  # its '@' -> '' renaming of ndcg@k, p@k (conf/logger/mlflow.yaml)
-)
 
 
 def _not_a_tip(record: logging.LogRecord) -> bool:

@@ -5,9 +5,12 @@ data, and handed to the loss per document.
 student's normalization or transform) and keeps them in the data cache
 (``<cache_dir>/distill/teacher_scores/<key>/``, :mod:`differank.datamodules.cache`), keyed by
 the teacher's sha256 (:meth:`~differank.rankers.run.teachers.Teacher.sha256`), the split's
-files' sha256 and the split's name. A cached entry is used only after a check: its metadata
-must name that same teacher digest, files and row count, and every score must be finite;
-anything else is rebuilt.
+files' sha256, the split's fingerprint (:func:`split_fingerprint`: its query ids and raw
+features as read, which reading options such as Parquet's columns change while the files stay
+the same) and the split's name. A cached entry is used only after a check: its metadata must
+name that same teacher digest, files, fingerprint and row count, the scores' bytes must have
+the sha256 recorded beside them (an altered file is caught) and every score must be finite;
+anything else is rebuilt, with a warning.
 
 :class:`TeacherScores` gives the loss the teacher's score of each document of a batch, gathered
 by ``batch["doc_index"]`` (the row in the split; -1 at padding).
@@ -25,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +41,7 @@ from differank.rankers.run.teachers import Teacher
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val")  # the splits whose batches reach a loss
+_HASH_BLOCK = 2**22  # elements hashed at a time
 
 
 @dataclass
@@ -59,9 +64,29 @@ class TeacherScores:
         return torch.where(doc_index >= 0, table[doc_index.clamp(min=0)], 0.0)
 
 
-def cache_key(teacher_digest: str, files_sha256: list[str], split: str) -> str:
-    text = json.dumps({"teacher": teacher_digest, "files": files_sha256, "split": split})
+def cache_key(teacher_digest: str, files_sha256: list[str], data_sha256: str, split: str) -> str:
+    text = json.dumps(
+        {"teacher": teacher_digest, "files": files_sha256, "data": data_sha256, "split": split}
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def array_sha256(*arrays: np.ndarray) -> str:
+    """sha256 of the arrays' dtypes, shapes and bytes (C order), hashed block by block so a
+    memory-mapped array is never copied whole."""
+    digest = hashlib.sha256()
+    for array in arrays:
+        digest.update(f"{array.dtype.str}{array.shape}".encode())
+        flat = np.ascontiguousarray(array).reshape(-1)  # no copy when already C order
+        for start in range(0, len(flat), _HASH_BLOCK):
+            digest.update(flat[start : start + _HASH_BLOCK].tobytes())
+    return digest.hexdigest()
+
+
+def split_fingerprint(raw_split) -> str:
+    """The identity of a split's rows as the teacher scores them: sha256 of its query ids and
+    raw features (the same files read with other options give another fingerprint)."""
+    return array_sha256(np.asarray(raw_split.qids), np.asarray(raw_split.features))
 
 
 def check_finite(scores: np.ndarray, teacher: Teacher, split: str, raw_split) -> None:
@@ -83,8 +108,16 @@ def split_teacher_scores(teacher: Teacher, raw_data, split: str, cache_dir: Path
     files = raw_data.file_sha256(split)
     digest = teacher.sha256()
     rows = raw_data.num_rows(split)
-    entry = cache_dir / "distill" / "teacher_scores" / cache_key(digest, files, split)
-    expected = {"teacher_sha256": digest, "files_sha256": files, "split": split, "rows": rows}
+    raw_split = raw_data.split_data(split)
+    data = split_fingerprint(raw_split)
+    entry = cache_dir / "distill" / "teacher_scores" / cache_key(digest, files, data, split)
+    expected = {
+        "teacher_sha256": digest,
+        "files_sha256": files,
+        "data_sha256": data,
+        "split": split,
+        "rows": rows,
+    }
 
     def shapes(meta: dict) -> dict:
         return {"scores": [meta["rows"]]}
@@ -95,10 +128,15 @@ def split_teacher_scores(teacher: Teacher, raw_data, split: str, cache_dir: Path
     found = cache.load(entry, shapes) if entry.exists() else None
     if found is not None:
         arrays, meta = found
-        if same(meta) and np.isfinite(arrays["scores"]).all():
-            return np.asarray(arrays["scores"], dtype=np.float64)
-        log.warning("teacher score cache %s does not match its teacher or data; rebuilding", entry)
-    raw_split = raw_data.split_data(split)
+        scores = arrays["scores"]
+        whole = meta.get("scores_sha256") == array_sha256(scores)
+        if same(meta) and whole and np.isfinite(scores).all():
+            return np.asarray(scores, dtype=np.float64)
+        log.warning(
+            "teacher score cache %s does not match its teacher or data, or was altered; rebuilding",
+            entry,
+        )
+        shutil.rmtree(entry, ignore_errors=True)  # the cache's own folder: commit writes it anew
     scores = np.asarray(teacher.score(raw_split), dtype=np.float64)
     if scores.shape != (rows,):
         raise ValueError(
@@ -106,7 +144,8 @@ def split_teacher_scores(teacher: Teacher, raw_data, split: str, cache_dir: Path
         )
     check_finite(scores, teacher, split, raw_split)
     folder = cache.new_entry(entry.parent)
-    cache.commit(folder, entry, {"scores": scores}, expected, shapes, same)
+    meta = {**expected, "scores_sha256": array_sha256(scores)}
+    cache.commit(folder, entry, {"scores": scores}, meta, shapes, same)
     return scores
 
 

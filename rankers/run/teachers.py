@@ -5,11 +5,16 @@
 * :class:`EnsembleTeacher`: the ``ensemble.json`` written by
   ``python -m differank.rankers.run.ensemble`` (its member checkpoints, weights and score mode);
 * :class:`LightGBMTeacher`, :class:`XGBoostTeacher`: a gradient-boosted model file (the
-  ``bench`` extra installs the libraries; they are imported only here, when used).
+  ``bench`` extra installs the libraries), loaded and scored in a child process
+  (:mod:`~differank.rankers.run.booster_child`): the libraries' C++ loaders abort the process
+  on a damaged or forged file, and here that process is not the run. Any failure of the child
+  (a signal, an exception, a feature count other than the data's) is a
+  :class:`TeacherFileError` naming the file (docs/objectives/distill.md#foreign-model-files).
 
 A teacher's path comes from the user's config (``teacher=...``), never from a checkpoint: a
-restored run does not read its teacher. :meth:`Teacher.sha256` fingerprints every file the
-scores depend on, which keys and verifies the cached scores.
+restored run does not read its teacher. It must be a regular file (a FIFO, a device, a
+directory or a dangling link is refused before it is opened). :meth:`Teacher.sha256`
+fingerprints every file the scores depend on, which keys and verifies the cached scores.
 
 Example:
     >>> import tempfile
@@ -25,11 +30,30 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from differank.datamodules.reader import available_memory_bytes
+from differank.datamodules.regular_files import require_regular_file
+
+_HASH_CHUNK = 2**20
+# Address space a child may reserve beyond the free memory: thread stacks and malloc arenas
+# (OpenMP's threads) reserve space they never touch
+_CHILD_HEADROOM = 2 * 2**30
+_CHILD_STDERR_LINES = 3  # the library's last words, e.g. "[LightGBM] [Fatal] Model format error"
+
+
+class TeacherFileError(ValueError):
+    """A teacher file that its library could not load or score (it crashed, raised or refused
+    it); the message names the file, what happened and the library's last lines."""
 
 
 class Teacher:
@@ -40,11 +64,12 @@ class Teacher:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path).expanduser()
-        if not self.path.is_file():
+        if not self.path.exists() and not self.path.is_symlink():
             raise FileNotFoundError(
                 f"teacher file {self.path} does not exist: set teacher.path to a checkpoint, an "
                 "ensemble.json or a LightGBM/XGBoost model file (docs/objectives/distill.md)"
             )
+        require_regular_file(self.path, "teacher.path (a checkpoint or model file)")
 
     def files(self) -> list[Path]:
         return [self.path]
@@ -53,12 +78,21 @@ class Teacher:
         """One sha256 over the sha256 of each of :meth:`files`, in order."""
         digest = hashlib.sha256(type(self).__name__.encode())
         for path in self.files():
-            digest.update(hashlib.sha256(Path(path).read_bytes()).hexdigest().encode())
+            digest.update(file_sha256(path).encode())
         return digest.hexdigest()
 
     def score(self, split) -> np.ndarray:
         """float64 [rows]: the teacher's score of every row of ``split`` (raw features)."""
         raise NotImplementedError
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file's bytes, read in chunks (a teacher checkpoint may be large)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def score_every_row(scorer: torch.nn.Module, split) -> np.ndarray:
@@ -84,62 +118,104 @@ class EnsembleTeacher(Teacher):
     """The ensemble of ``python -m differank.rankers.run.ensemble``'s ``ensemble.json``: its
     ``checkpoints`` averaged with its ``weights`` (``scores``: ``standardized`` or ``raw``)."""
 
-    def record(self) -> dict:
-        try:
-            record = json.loads(self.path.read_text())
-            return {
-                "checkpoints": [Path(p) for p in record["checkpoints"]],
-                "weights": [float(w) for w in record["weights"]],
-                "standardize": record.get("scores", "standardized") == "standardized",
-            }
-        except (ValueError, KeyError, TypeError) as error:
-            raise ValueError(
-                f"{self.path} is not an ensemble.json of differank.rankers.run.ensemble "
-                f"(checkpoints, weights, scores): {error}"
-            ) from error
+    def record(self):
+        """The checked ``ensemble.json`` (:func:`~differank.rankers.run.ensemble.read_record`):
+        its members are regular files of a size memory holds, or it is refused by name."""
+        from differank.rankers.run.ensemble import read_record
+
+        return read_record(self.path)
 
     def files(self) -> list[Path]:
-        return [self.path, *self.record()["checkpoints"]]
+        return [self.path, *self.record().checkpoints]
 
     def score(self, split) -> np.ndarray:
         from differank.rankers.checkpoints import load_ranker
         from differank.rankers.run.ensemble import EnsembleRanker
 
         record = self.record()
-        members = [load_ranker(path) for path in record["checkpoints"]]
-        ensemble = EnsembleRanker(members, record["weights"], record["standardize"]).eval()
+        members = [load_ranker(path) for path in record.checkpoints]
+        ensemble = EnsembleRanker(members, record.weights, record.standardize).eval()
         return score_every_row(ensemble, split)
 
 
-def _import_booster(library: str):
-    try:
-        return __import__(library)
-    except ImportError as error:
-        raise ImportError(
-            f"a {library} teacher needs the {library} package: pip install 'differank[bench]' "
-            f"(the bench extra), or {library} itself"
-        ) from error
+class BoosterTeacher(Teacher):
+    """A gradient-boosted model file of ``library``, scored in a child process
+    (:mod:`~differank.rankers.run.booster_child`) on the raw features: a crash of the library
+    on the file, an error it raises, or a feature count other than the data's becomes a
+    :class:`TeacherFileError` naming the file."""
 
-
-class LightGBMTeacher(Teacher):
-    """A LightGBM model file (``Booster.save_model``), scoring the raw features."""
+    library = ""  # the subclass's: a key of booster_child.BOOSTERS
 
     def score(self, split) -> np.ndarray:
-        lightgbm = _import_booster("lightgbm")
-        booster = lightgbm.Booster(model_file=str(self.path))
-        if booster.num_feature() != split.features.shape[1]:
-            raise ValueError(
-                f"teacher {self.path} reads {booster.num_feature()} features, the data has "
-                f"{split.features.shape[1]}"
+        if importlib.util.find_spec(self.library) is None:
+            raise ImportError(
+                f"a {self.library} teacher needs the {self.library} package: pip install "
+                f"'differank[bench]' (the bench extra), or {self.library} itself"
             )
-        return np.asarray(booster.predict(np.asarray(split.features)), dtype=np.float64)
+        features = np.ascontiguousarray(split.features)
+        with tempfile.TemporaryDirectory(prefix="differank-teacher-") as scratch:
+            inputs, outputs = Path(scratch) / "features.npy", Path(scratch) / "scores.npy"
+            np.save(inputs, features, allow_pickle=False)
+            memory = available_memory_bytes()
+            limit = 0 if memory is None else memory + _CHILD_HEADROOM
+            child = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "differank.rankers.run.booster_child",
+                    self.library,
+                    str(self.path),
+                    str(inputs),
+                    str(outputs),
+                    str(limit),
+                ],
+                capture_output=True,
+                text=True,
+                errors="replace",
+                env=_child_environment(),
+            )
+            if child.returncode != 0:
+                raise TeacherFileError(self._failure(child.returncode, child.stderr))
+            scores = np.load(outputs, allow_pickle=False)
+        if scores.shape != (len(features),):
+            raise TeacherFileError(
+                f"{self.library} gave {scores.shape} scores for the {len(features)} rows from "
+                f"teacher file {self.path}: give a model of one score per row (a ranker)"
+            )
+        return scores
+
+    def _failure(self, returncode: int, stderr: str) -> str:
+        if returncode < 0:
+            happened = f"{self.library} crashed ({signal.Signals(-returncode).name})"
+        else:
+            happened = f"{self.library} failed (exit status {returncode})"
+        lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+        said = "; ".join(lines[-_CHILD_STDERR_LINES:])[-1000:].rstrip(". ") or "no message"
+        return (
+            f"teacher file {self.path} could not be scored: {happened} loading or running it: "
+            f"{said}. Give a model saved by {self.library}'s Booster.save_model, whole and "
+            "unedited, trained on this data's features "
+            "(docs/objectives/distill.md#foreign-model-files)"
+        )
 
 
-class XGBoostTeacher(Teacher):
+def _child_environment() -> dict[str, str]:
+    """This process's environment, with differank's own folder first on ``PYTHONPATH`` so the
+    child imports this differank (an uninstalled checkout included)."""
+    import differank
+
+    root = str(Path(differank.__file__).resolve().parent.parent)
+    inherited = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": root if not inherited else root + os.pathsep + inherited}
+
+
+class LightGBMTeacher(BoosterTeacher):
+    """A LightGBM model file (``Booster.save_model``, text), scoring the raw features."""
+
+    library = "lightgbm"
+
+
+class XGBoostTeacher(BoosterTeacher):
     """An XGBoost model file (``Booster.save_model``, JSON or UBJSON), scoring raw features."""
 
-    def score(self, split) -> np.ndarray:
-        xgboost = _import_booster("xgboost")
-        booster = xgboost.Booster(model_file=str(self.path))
-        matrix = xgboost.DMatrix(np.asarray(split.features))
-        return np.asarray(booster.predict(matrix), dtype=np.float64)
+    library = "xgboost"

@@ -46,9 +46,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from differank.datamodules.path_components import path_component
 from differank.rankers.run.export import onnx_files
 
-MODEL_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+MODEL_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # Triton's model names (and one folder: see below)
 
 
 def _tensor(name: str, data_type: str, dims: list[int]) -> str:
@@ -57,8 +58,9 @@ def _tensor(name: str, data_type: str, dims: list[int]) -> str:
 
 
 def triton_config(name: str, n_features: int, uses_mask: bool) -> str:
-    """The ``config.pbtxt`` of a differank ONNX scorer named ``name``."""
-    if not MODEL_NAME.fullmatch(name):
+    """The ``config.pbtxt`` of a differank ONNX scorer named ``name``: a folder name of the
+    repository, so also one path component (``..`` would leave the repository)."""
+    if not MODEL_NAME.fullmatch(path_component(name, "export.name")):
         raise ValueError(
             f"a Triton model name is a folder name of letters, digits, '_', '-' and '.', "
             f"got {name!r} (export.name=...)"

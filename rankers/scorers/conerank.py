@@ -119,12 +119,12 @@ class ConeRank(Ranker):
             if encoder_hidden is not None:
                 raise ValueError("give encoder_hidden (an MLP) or transformer, not both")
             dim = int(embed_dim or n_features)
-            self.encoder = ListEncoder(n_features, out_features=dim, **dict(transformer))
+            self.encoder: nn.Module = ListEncoder(n_features, out_features=dim, **dict(transformer))
             self.uses_mask = True
         elif encoder_hidden is None:
             if embed_dim not in (None, n_features):
                 raise ValueError("embed_dim needs an encoder (encoder_hidden); identity keeps F")
-            self.encoder: nn.Module = nn.Identity()
+            self.encoder = nn.Identity()
             dim = n_features
         else:
             dim = int(embed_dim or n_features)

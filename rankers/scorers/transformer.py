@@ -207,8 +207,11 @@ class TransformerRanker(Ranker):
 
 
 # The constructor takes ListEncoder's options (but out_features): its signature says so, for
-# help(), inspect.signature and the config tests, without a second list of them.
-TransformerRanker.__init__.__signature__ = inspect.signature(ListEncoder.__init__).replace(
+# help(), inspect.signature and the config tests, without a second list of them. (inspect
+# reads __signature__ from any callable; typeshed's functions do not declare it.)
+TransformerRanker.__init__.__signature__ = inspect.signature(  # type: ignore[attr-defined]
+    ListEncoder.__init__
+).replace(
     parameters=[
         parameter
         for name, parameter in inspect.signature(ListEncoder.__init__).parameters.items()

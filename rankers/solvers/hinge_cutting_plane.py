@@ -87,10 +87,9 @@ class HingeCuttingPlane:
         self.converged = False
         self.rounds = 0
         self.w = torch.zeros(n_features, dtype=torch.float64)
-        self.psi: torch.Tensor | None = None  # Ψ_q(ŷ) of each constraint [Q, J, F]
-        self.delta: torch.Tensor | None = None  # Δ_q(ŷ) [Q, J]
-        self.active: torch.Tensor | None = None  # [Q, J] bool
-        self.alpha: torch.Tensor | None = None  # dual variables [Q, J]
+        # the working set (Ψ_q(ŷ) of each constraint [Q, J, F], Δ_q(ŷ) [Q, J], active [Q, J]
+        # bool, dual variables [Q, J]): empty until the first round makes it for its queries
+        self._reset(0, n_features, self.w.device)
         self.psi_star: torch.Tensor | None = None  # Ψ_q(y*) the last QP used [Q, F]
 
     # -- one round ---------------------------------------------------------------------------
@@ -110,7 +109,7 @@ class HingeCuttingPlane:
         zero = torch.zeros_like(delta_hat)
         xi = torch.where(valid, delta_hat + (psi_hat - psi_star) @ self.w, zero)
         ridge = 0.5 * lam * self.w.square().sum()
-        if self.psi is None:
+        if self.rounds == 0:
             self._reset(queries, x.shape[-1], x.device)
         # Gap of the last QP's convex problem (its y*; ŷ does not depend on y*) at the current w.
         reference = psi_star if self.psi_star is None else self.psi_star

@@ -1,6 +1,7 @@
 """The callbacks that make a run readable on a console: :class:`ProgressBar` and
-:class:`RunConsole` (``conf/callbacks/default.yaml``). The terminal's log handler and what
-``quiet=true`` hides there are :mod:`differank.rankers.training.console` (no Lightning)."""
+:class:`RunConsole` (``conf/callbacks/default.yaml``). The terminal's log handler, what
+``quiet=true`` hides there and the third-party noise a run filters are
+:mod:`differank.rankers.training.console` (no Lightning)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import logging
 import math
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import pytorch_lightning as pl
+from pytorch_lightning.callbacks import ModelCheckpoint
 
 log = logging.getLogger(__name__)
 # The terminal's logging pieces moved to the Lightning-free console module; importable from here
@@ -78,14 +81,23 @@ class RunConsole(pl.Callback):
     callback, so an epoch's lines are written when the next epoch starts or training ends.
 
     Args:
-        monitor: the validation metric checkpointing and early stopping watch (``val/map``).
+        monitor: the validation metric checkpointing and early stopping watch (``val/map``);
+            None: no validation runs, and each line shows the training loss alone.
         mode: ``"max"`` or ``"min"``, as for those callbacks.
+        write: where a line goes (``print`` for :class:`differank.Ranker`'s ``verbose``);
+            None: this module's logger at INFO, as a run's console and ``train.log`` read it.
     """
 
-    def __init__(self, monitor: str = "val/map", mode: str = "max") -> None:
+    def __init__(
+        self,
+        monitor: str | None = "val/map",
+        mode: str = "max",
+        write: Callable[[str], None] | None = None,
+    ) -> None:
         if mode not in ("max", "min"):
             raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
         self.monitor, self.mode = monitor, mode
+        self.write = write or log.info
         self.best: float | None = None
         self.best_epoch: int | None = None
         self.saved_score: float | None = None
@@ -98,12 +110,17 @@ class RunConsole(pl.Callback):
         self.best, self.best_epoch = state_dict["best"], state_dict["best_epoch"]
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.saved_score = _best_score(trainer)
+        saved = _best_checkpoint(trainer)
+        self.saved_score = None if saved is None else saved[0]
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         metrics = trainer.callback_metrics
         if not trainer.sanity_checking and self.monitor in metrics:
             self.pending = (trainer.current_epoch, float(metrics[self.monitor]))
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.monitor is None:  # no validation: the epoch's line shows its training loss
+            self.pending = (trainer.current_epoch, math.nan)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._report(trainer)
@@ -115,29 +132,24 @@ class RunConsole(pl.Callback):
         if self.pending is None or not trainer.is_global_zero:
             return
         (epoch, value), self.pending = self.pending, None
+        metrics = trainer.callback_metrics
+        # max_epochs is None when max_steps alone bounds the run
+        last = "?" if trainer.max_epochs is None else trainer.max_epochs - 1
+        line = f"epoch {epoch}/{last}"
+        if "train/loss" in metrics:
+            line += f"  train/loss {float(metrics['train/loss']):.4f}"
+        if self.monitor is None:
+            self.write(line)
+            return
         if self.best is None or (value > self.best if self.mode == "max" else value < self.best):
             self.best, self.best_epoch = value, epoch
-        metrics = trainer.callback_metrics
-        loss = f"train/loss {float(metrics['train/loss']):.4f}  " if "train/loss" in metrics else ""
-        log.info(
-            "epoch %d/%d  %s%s %.4f  best %.4f (epoch %d)",
-            epoch,
-            trainer.max_epochs - 1,
-            loss,
-            self.monitor,
-            value,
-            self.best,
-            self.best_epoch,
+        self.write(
+            f"{line}  {self.monitor} {value:.4f}  best {self.best:.4f} (epoch {self.best_epoch})"
         )
-        score = _best_score(trainer)
-        if score is not None and score != self.saved_score:
-            self.saved_score = score
-            log.info(
-                "  checkpoint: %s improved to %.4f, saved %s",
-                self.monitor,
-                score,
-                trainer.checkpoint_callback.best_model_path,
-            )
+        saved = _best_checkpoint(trainer)
+        if saved is not None and saved[0] != self.saved_score:
+            self.saved_score = saved[0]
+            self.write(f"  checkpoint: {self.monitor} improved to {saved[0]:.4f}, saved {saved[1]}")
         for stopper in trainer.early_stopping_callbacks:
             if trainer.should_stop and stopper.stopped_epoch == epoch:
                 waited = stopper.wait_count >= stopper.patience
@@ -147,16 +159,15 @@ class RunConsole(pl.Callback):
                     if waited
                     else f"= {value:.4f}"
                 )
-                log.info(
-                    "  early stopping: %s %s; best %.4f at epoch %d",
-                    stopper.monitor,
-                    reason,
-                    self.best,
-                    self.best_epoch,
+                self.write(
+                    f"  early stopping: {stopper.monitor} {reason}; best {self.best:.4f} at "
+                    f"epoch {self.best_epoch}"
                 )
 
 
-def _best_score(trainer: pl.Trainer) -> float | None:
+def _best_checkpoint(trainer: pl.Trainer) -> tuple[float, str] | None:
+    """The score and path of the best checkpoint saved so far (None: none yet)."""
     checkpoint = trainer.checkpoint_callback
-    score = checkpoint.best_model_score if checkpoint is not None else None
-    return None if score is None else float(score)
+    if not isinstance(checkpoint, ModelCheckpoint) or checkpoint.best_model_score is None:
+        return None
+    return float(checkpoint.best_model_score), checkpoint.best_model_path

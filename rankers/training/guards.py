@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,8 @@ class ValidationSignalCheck(pl.Callback):
         self.monitor = monitor
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        split_data = getattr(trainer.datamodule, "split_data", None)
+        # Lightning sets trainer.datamodule when fitting; its Trainer class does not declare it
+        split_data = getattr(trainer.datamodule, "split_data", None)  # type: ignore[attr-defined]
         if split_data is None or not trainer.is_global_zero:
             return
         message = validation_signal_problem(split_data("val"), self.monitor)
@@ -120,7 +122,7 @@ class FiniteGuard(pl.Callback):
 
     def _check_losses(self, trainer: pl.Trainer) -> None:
         """Read the unread losses (one host read); stop at the first non-finite one."""
-        if not self._steps:
+        if not self._steps or self._losses is None:  # (no unread step: no buffer is needed)
             return
         steps, self._steps = self._steps, []
         losses = self._losses[: len(steps)]
@@ -166,6 +168,7 @@ class FiniteGuard(pl.Callback):
         paths = {  # best.ckpt and last.ckpt (conf/callbacks/last_checkpoint.yaml)
             path
             for saver in trainer.checkpoint_callbacks
+            if isinstance(saver, ModelCheckpoint)
             for path in (saver.last_model_path, saver.best_model_path)
         }
         kept = [path for path in paths if path and Path(path).is_file()]

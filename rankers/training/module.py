@@ -12,16 +12,20 @@ from __future__ import annotations
 import inspect
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
 from torch import nn
 
+from differank.losses.inputs import finite_label_mask, float_labels
+from differank.losses.module_form import LossModule
 from differank.rankers.checkpoints import load_checkpoint, rebuild_module
 from differank.rankers.metrics.letor import LetorMetric
 from differank.rankers.scorers.base import FullBatchSolver, Ranker
+from differank.rankers.training.list_memory import check_batch_memory
 from differank.rankers.training.row_order import scores_in_row_order
 
 log = logging.getLogger(__name__)
@@ -55,6 +59,75 @@ def check_loss_fits_ranker(ranker: Ranker, loss: nn.Module) -> None:
             f"{'gives' if extra else 'does not give'}: feature-space losses (loss=cone) pair with "
             "model=conerank, scalar losses with scalar models (model=linear, model=mlp)"
         )
+
+
+def weighted_reduction(loss: nn.Module) -> str:
+    """The reduction (``"mean"`` or ``"sum"``) that :func:`weighted_query_loss` weights for
+    ``loss``; a ValueError naming the loss when it gives no per-query values to weight.
+
+    Every differank loss gives one value per query with ``reduction="none"``, except
+    ``DominationLoss(pool=True)``, which pools the batch into one list (one value per batch).
+    """
+    reduction = getattr(loss, "reduction", None)
+    pooled = bool(getattr(loss, "pool", False))
+    if reduction not in ("mean", "sum") or pooled:
+        setting = "pool=True" if pooled else f"reduction={reduction!r}"
+        raise ValueError(
+            f"{type(loss).__name__} ({setting}) gives no per-query loss values, and query "
+            "weights (sample_weight) need a per-query loss: one with reduction 'mean' or 'sum' "
+            "whose reduction='none' gives one value per query (DominationLoss: pool=False)"
+        )
+    return reduction
+
+
+@contextmanager
+def per_query_values(loss: nn.Module) -> Iterator[None]:
+    """``loss`` computes with ``reduction="none"`` inside the block, then as before. The same
+    module is switched, not a copy, so a loss's state (ConeLoss' warm start, ConvexLoss' sample
+    refresh) stays one. A :class:`LossModule` reads its options, the other losses their
+    ``reduction`` attribute."""
+
+    def set_reduction(reduction: str) -> None:
+        loss.reduction = reduction  # type: ignore[assignment]  # nn.Module types attributes as tensors
+        if isinstance(loss, LossModule):
+            loss.options["reduction"] = reduction
+
+    saved = loss.reduction
+    set_reduction("none")
+    try:
+        yield
+    finally:
+        set_reduction(saved)
+
+
+def weighted_query_loss(
+    per_query: torch.Tensor, weights: torch.Tensor, valid: torch.Tensor, reduction: str
+) -> torch.Tensor:
+    """The batch loss with query weights: ``Σ_q w_q·ℓ_q / Σ_q w_q`` for ``"mean"`` (the weighted
+    mean of the per-query losses), ``Σ_q w_q·ℓ_q`` for ``"sum"``, over the valid queries.
+
+    Why this form: with every weight 1 it is the loss's own reduction, which divides by the
+    number of valid queries (docs/architecture.md#validity-and-reduction), so all-ones weights
+    train exactly as no weights; a query of weight w counts as w copies of itself; and scaling
+    every weight by a constant leaves the mean unchanged. An invalid query's loss is 0 and its
+    weight enters no denominator; a batch whose valid queries all weigh 0 gives a connected 0.
+
+    Shape:
+        per_query: [B] (``reduction="none"``, 0 where invalid); weights: [B] >= 0; valid: [B]
+        bool -> a scalar.
+
+    Example:
+        >>> per_query = torch.tensor([2.0, 0.0, 5.0])
+        >>> valid = torch.tensor([True, False, True])
+        >>> weighted_query_loss(per_query, torch.tensor([3.0, 7.0, 1.0]), valid, "mean")
+        tensor(2.7500)
+    """
+    weights = torch.where(valid, weights.to(per_query.dtype), 0.0)
+    total = (weights * per_query).sum()
+    if reduction == "sum":
+        return total
+    weight = weights.sum()
+    return total / torch.where(weight > 0, weight, 1.0)
 
 
 def warmup_cosine(
@@ -120,6 +193,7 @@ class EvaluationModule(pl.LightningModule):
     ) -> torch.Tensor:
         """The only place a ranker's output meets a loss; ``target``: the batch's
         ``loss_target``, when already computed."""
+        check_batch_memory(self.loss, batch["mask"], batch["features"].dtype)  # before allocating
         if target is None:
             target = self.loss_target(batch)
         inputs = self.ranker.loss_inputs()
@@ -253,6 +327,22 @@ class RankingModule(EvaluationModule):
             (DLA's propensities, the two-tower bias) train with the ranker, at the optimizer's
             learning rate times the estimator's ``lr_scale``, and are saved in checkpoints, but
             never belong to the served or exported scorer (``ranker`` alone).
+        query_weights: whether the training batches will carry query weights (``"weights"``
+            [B], :class:`~differank.datamodules.split_tensors.SplitTensors`); ``True`` checks
+            here, at set-up, that ``loss`` gives per-query values (:func:`weighted_reduction`),
+            so a loss that cannot be weighted is refused before any training. A batch with
+            weights is weighted either way (without this check, its first weighted batch
+            refuses such a loss).
+
+    Query weights (``sample_weight``): a training batch with ``"weights"`` has the loss
+    :func:`weighted_query_loss` of the loss's ``reduction="none"`` values: the weighted mean
+    ``Σ_q w_q·ℓ_q / Σ_q w_q`` over the batch's valid queries (a query of weight 2 counts as two
+    copies of it; all-ones weights give exactly the unweighted loss). A batch without weights
+    takes the unweighted path, unchanged. Validation and test (``val/*``, ``val/loss``,
+    ``test/*``) are unweighted, as LightGBM's eval metrics are unless ``eval_sample_weight`` is
+    given. ``train/loss`` stays the epoch's batch losses averaged by queries per batch. XGBoost's
+    ranking ``sample_weight`` is one weight per query group, this weight; LightGBM's is one per
+    row, and a query's weight there is the mean of its rows' weights.
     """
 
     def __init__(
@@ -268,6 +358,7 @@ class RankingModule(EvaluationModule):
         scheduler: Callable[..., torch.optim.lr_scheduler.LRScheduler] | None = None,
         metric_convention: str = "letor",
         estimator: nn.Module | None = None,
+        query_weights: bool = False,
     ) -> None:
         if l1 < 0 or l2 < 0:
             raise ValueError(f"l1 and l2 must be >= 0, got l1={l1}, l2={l2}")
@@ -279,6 +370,8 @@ class RankingModule(EvaluationModule):
         self.l1, self.l2 = float(l1), float(l2)
         self.augment_noise = float(augment_noise)
         self.estimator = estimator
+        if query_weights:
+            weighted_reduction(loss)
         self._epoch_loss_sum: torch.Tensor | None = None  # Σ queries · loss of this epoch
         self._epoch_loss_queries = 0
 
@@ -302,9 +395,36 @@ class RankingModule(EvaluationModule):
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         batch = self.augment(batch)
-        loss = self.click_loss(batch) if "clicks" in batch else self.batch_loss(batch)
+        if "weights" in batch:
+            loss = self.weighted_batch_loss(batch)
+        elif "clicks" in batch:
+            loss = self.click_loss(batch)
+        else:
+            loss = self.batch_loss(batch)
         self._add_to_epoch_loss(loss, batch["mask"].shape[0])
         return loss + self.penalty()
+
+    def weighted_batch_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The training loss of a batch with query weights (the class docstring's weighted
+        mean): the loss's per-query values, weighted by ``batch["weights"]``."""
+        reduction = weighted_reduction(self.loss)
+        if "clicks" in batch:
+            raise ValueError(
+                "a click batch carries query weights, and click estimators (ultr=...) take "
+                "none: train on clicks without sample_weight"
+            )
+        with per_query_values(self.loss):
+            per_query = self.batch_loss(batch)
+        queries = batch["mask"].shape[0]
+        if per_query.shape != (queries,):
+            raise ValueError(
+                f"{type(self.loss).__name__} with reduction='none' gave shape "
+                f"{tuple(per_query.shape)} for {queries} queries: query weights (sample_weight) "
+                "need a per-query loss, one value per query"
+            )
+        labels = float_labels(batch["labels"], per_query.dtype)
+        _, valid = finite_label_mask(labels, batch["mask"])  # the losses' validity rule
+        return weighted_query_loss(per_query, batch["weights"], valid, reduction)
 
     def click_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The estimator's loss on a click batch (``clicks``, ``positions``, ``mask``, optional
@@ -391,6 +511,12 @@ class FullBatchModule(EvaluationModule):
     def on_fit_start(self) -> None:
         super().on_fit_start()
         batch = self.trainer.datamodule.full_batch("train")
+        if "weights" in batch:  # refused, not dropped: a solver's objective has no weights
+            raise ValueError(
+                f"{type(self.solver).__name__} fits the unweighted objective and the training "
+                "split carries query weights (sample_weight): train with a gradient model "
+                "(model=linear|mlp|transformer|conerank) or without weights"
+            )
         self.train_batch = {key: value.to(self.device) for key, value in batch.items()}
         # One solver step per epoch: the loader's batches only pace the epochs, so draw just one
         # (the fit loop sizes its epochs after this hook; validation still runs every epoch).

@@ -12,7 +12,9 @@ there (Lightning runs checkpoint callbacks last).
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 import pytorch_lightning as pl
 from lightning_fabric.plugins.environments import SLURMEnvironment
@@ -22,26 +24,29 @@ class DeferredRequeue(pl.Callback):
     """Defer the SLURM requeue handler to the next batch end, validation end or train end."""
 
     def __init__(self) -> None:
-        self._handler = None
-        self._signal: int | None = None
+        # the requeue signal and Lightning's handler of it, while ours stands in for it
+        self._lightning: tuple[int, Callable[[int, FrameType | None], Any]] | None = None
         self._pending: tuple[int, FrameType | None] | None = None
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         environment = getattr(trainer.strategy, "cluster_environment", None)
         if not isinstance(environment, SLURMEnvironment) or not environment.auto_requeue:
             return
-        handler = signal.getsignal(environment.requeue_signal)
+        requeue = environment.requeue_signal  # None only where there is no SIGUSR1 (Windows)
+        if requeue is None:
+            return
+        handler = signal.getsignal(requeue)
         if callable(handler) and handler != self._defer:  # Lightning's, set before training
-            self._handler, self._signal = handler, environment.requeue_signal
-            signal.signal(self._signal, self._defer)
+            self._lightning = requeue, handler
+            signal.signal(requeue, self._defer)
 
     def _defer(self, signum: int, frame: FrameType | None) -> None:
         self._pending = (signum, frame)
 
     def _run_pending(self) -> None:
-        if self._pending is not None and self._handler is not None:
+        if self._pending is not None and self._lightning is not None:
             pending, self._pending = self._pending, None
-            self._handler(*pending)
+            self._lightning[1](*pending)
 
     def on_train_batch_end(self, trainer: pl.Trainer, *args, **kwargs) -> None:
         self._run_pending()
@@ -51,6 +56,6 @@ class DeferredRequeue(pl.Callback):
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._run_pending()
-        if self._handler is not None:
-            signal.signal(self._signal, self._handler)
-            self._handler = None
+        if self._lightning is not None:
+            signal.signal(*self._lightning)
+            self._lightning = None

@@ -6,24 +6,35 @@ The installed packages are ``differank.losses`` (the objectives; torch only),
 ``differank.datamodules`` (reading and batching LETOR data).
 """
 
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what type checkers see; at run time both load only when asked for (below)
+    from differank.rankers.checkpoints import Scorer
+    from differank.rankers.run.estimator import Ranker as Ranker
+
 __version__ = "0.2.0"  # also CITATION.cff's version (tests/test_citation.py)
 
 
-def load_ranker(path):
+def load_ranker(path: str | os.PathLike[str]) -> Scorer:
     """The trained scorer of a ``train.py`` checkpoint, from the file alone: an ``nn.Module``
     in eval mode scoring raw LETOR features ``ranker(features [B, L, F], mask [B, L])`` as the
     exported scorer does. Only allowlisted differank classes are rebuilt and the file is read
     with ``weights_only=True`` (docs/architecture.md#the-run-layer-and-its-trust-model)."""
     from differank.rankers.checkpoints import load_ranker as load  # torch loads only now
 
-    return load(path)
+    return load(os.fspath(path))
 
 
-def __getattr__(name):
-    # differank.Ranker loads the run layer (Lightning, Hydra) only when it is asked for, so
-    # `import differank` stays light
-    if name == "Ranker":
-        from differank.rankers.run.estimator import Ranker
+if not TYPE_CHECKING:  # type checkers see Ranker's import above, and no other lazy name
 
-        return Ranker
-    raise AttributeError(f"module 'differank' has no attribute {name!r}")
+    def __getattr__(name: str) -> type[Ranker]:
+        # differank.Ranker loads the run layer (Lightning, Hydra) only when it is asked for, so
+        # `import differank` stays light
+        if name == "Ranker":
+            from differank.rankers.run.estimator import Ranker
+
+            return Ranker
+        raise AttributeError(f"module 'differank' has no attribute {name!r}")

@@ -269,3 +269,69 @@ def test_cuda_batches_are_built_without_a_device_sync():
         split.batch([0, 2, 4], max_list=3, generator=generator)
 
     run_without_sync(build)
+
+
+def weighted(split, weights):
+    """``split`` with query weights, the same tensors otherwise."""
+    return SplitTensors(
+        split.features, split.labels, split.rows, split.offsets, split.query_ids, weights
+    )
+
+
+@pytest.mark.parametrize("shuffled_rows", [False, True])
+def test_query_weights_ride_along_and_change_nothing_else(shuffled_rows):
+    split, query_rows = random_split(shuffled_rows=shuffled_rows)
+    weights = np.linspace(0.0, 2.0, 9)  # float64 in, float32 kept
+    heavy = SplitTensors.from_queries(
+        split.features, split.labels, query_rows, np.arange(100, 109), weights
+    )
+    assert split.weights is None and heavy.weights.dtype == torch.float32
+    assert heavy.nbytes == split.nbytes + 9 * 4
+    queries = [4, 0, 7, 2]
+    plain, batch = split.batch(queries), heavy.batch(queries)
+    assert "weights" not in plain
+    assert torch.equal(batch.pop("weights"), torch.tensor(weights[queries], dtype=torch.float32))
+    assert batch.keys() == plain.keys()
+    assert all(torch.equal(batch[key], plain[key]) for key in plain)
+    generator = torch.Generator().manual_seed(3)
+    drawn = heavy.batch(queries, max_list=4, generator=generator)
+    assert torch.equal(drawn["weights"], torch.tensor(weights[queries], dtype=torch.float32))
+
+
+def test_a_dataloader_of_the_dataset_yields_the_weights():
+    from torch.utils.data import DataLoader
+
+    split = weighted(random_split()[0], torch.arange(1.0, 10.0))
+    dataset = QueryBatchDataset(split, max_list=5)
+    batches = [[0, 3], [8]]
+    loader = DataLoader(dataset, batch_sampler=batches, collate_fn=dataset.collate_fn)
+    assert [b["weights"].tolist() for b in loader] == [[1.0, 4.0], [9.0]]
+    drawn = [[(2, 11), (5, 12)]]  # (position, draw seed) keys: max_list draws
+    loader = DataLoader(dataset, batch_sampler=drawn, collate_fn=dataset.collate_fn)
+    assert [b["weights"].tolist() for b in loader] == [[3.0, 6.0]]
+
+
+@pytest.mark.parametrize(
+    "weights, message",
+    [
+        (np.ones(8), "one per query, shape \\(9,\\); got \\(8,\\)"),
+        (np.ones((9, 1)), "one per query, shape \\(9,\\); got \\(9, 1\\)"),
+        ([1.0] * 4 + [-0.5] + [1.0] * 4, "query 4 \\(id 104\\) has weight -0.5"),
+        ([1.0] * 2 + [np.nan] + [1.0] * 6, "query 2 \\(id 102\\) has weight nan"),
+        ([np.inf] + [1.0] * 8, "query 0 \\(id 100\\) has weight inf"),
+        (np.zeros(9), "every one of the 9 query weights is 0"),
+    ],
+)
+def test_bad_query_weights_are_refused_naming_the_query(weights, message):
+    with pytest.raises(ValueError, match=message):
+        weighted(random_split()[0], weights)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_query_weights_move_with_the_split():
+    split = weighted(random_split(seed=3)[0], torch.arange(9.0))
+    on_gpu = split.to("cuda")
+    assert on_gpu.weights.device.type == "cuda"
+    batch = on_gpu.batch([1, 5, 3])
+    assert batch["weights"].device.type == "cuda"
+    assert batch["weights"].cpu().tolist() == [1.0, 5.0, 3.0]

@@ -269,3 +269,20 @@ def test_the_ranknet_base_of_pairwise_debiasing_with_unit_biases_is_ranknet_on_c
     ]
     want = torch.stack(per_query).mean()
     torch.testing.assert_close(value, want)
+
+
+@pytest.mark.parametrize("value", [float("nan"), 0.0, -0.5, 1.5])
+@pytest.mark.parametrize(
+    "estimator",
+    [IPS(), DoublyRobust(), DoublyRobust(propensities=[1.0, 0.5, 0.25])],
+    ids=["ips", "doubly_robust", "doubly_robust_rho"],
+)
+def test_narrowed_value_logged_propensities_out_of_range_are_refused(estimator, value):
+    scores, clicks = torch.zeros(2, 3), torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    positions, mask = torch.tensor([[0, 1, 2], [0, 1, -1]]), torch.ones(2, 3, dtype=torch.bool)
+    logged = torch.tensor([[1.0, 0.5, 0.25], [1.0, value, 1.0]])
+    with pytest.raises(ValueError, match=r"propensities\[1, 1\] \(query 1, shown position 1\)"):
+        estimator(SoftmaxLoss(), scores, clicks, positions, mask, logged)
+    logged[1, 2] = value  # not shown (position -1): never read, not refused
+    logged[1, 1] = 0.5
+    assert torch.isfinite(estimator(SoftmaxLoss(), scores, clicks, positions, mask, logged))

@@ -31,13 +31,15 @@ def test_a_simulated_log_trains_the_model_the_online_simulation_trains(tmp_path)
     seed = ["seed=3", "data.bucket_by_length=false"]
     online = run_training([*RUN, *seed, *clicks("pbm"), "clicks.eta=2"], tmp_path / "online")
     log = tmp_path / "clicks.npz"
-    cfg = compose_run(
-        [*RUN, *seed, *clicks("pbm"), "clicks.eta=2", "task=simulate", f"clicks.log={log}"],
-        tmp_path / "simulate",
-    )
-    train(cfg, tmp_path / "simulate")
+    simulate = [*RUN, *seed, *clicks("pbm"), "clicks.eta=2", "task=simulate", f"clicks.log={log}"]
+    train(compose_run(simulate, tmp_path / "simulate"), tmp_path / "simulate")
+    inode = log.stat().st_ino
     written = read_click_log(log)
     assert written.propensity is not None and written.click.any()
+    assert written.train_qids_sha256 and written.train_files_sha256  # the data it belongs to
+    first, again = log.read_bytes(), tmp_path / "again"
+    train(compose_run([*simulate, "clicks.overwrite=true"], again), again)
+    assert log.read_bytes() == first and log.stat().st_ino != inode  # replaced, when asked
     offline = run_training([*RUN, *seed, "clicks=log", f"clicks.log={log}"], tmp_path / "offline")
     assert online == offline
     for key, value in weights(tmp_path / "online").items():
@@ -79,3 +81,14 @@ def test_the_production_sample_is_the_asked_share_and_at_least_one_query():
     assert not (sampled_queries(1000, 0.01, 0) == sampled_queries(1000, 0.01, 1)).all()
     with pytest.raises(ValueError, match="clicks.production.fraction"):
         sampled_queries(10, 0.0, 0)
+
+
+def test_whole_or_absent_simulate_refuses_an_existing_log_unless_overwrite(tmp_path):
+    log = tmp_path / "clicks.npz"
+    log.write_text("the user's file")
+    simulate = [*RUN, *clicks("pbm"), "task=simulate", f"clicks.log={log}"]
+    cfg = compose_run(simulate, tmp_path / "refused")
+    with pytest.raises(FileExistsError, match=rf"{log} exists: .* set clicks.overwrite=true"):
+        train(cfg, tmp_path / "refused")
+    assert log.read_text() == "the user's file"
+    assert compose_run(simulate, tmp_path / "default").clicks.overwrite is False

@@ -14,6 +14,7 @@ from differank.rankers.checkpoints import Scorer, load_ranker
 from differank.rankers.run.export_formats import check_formats
 from differank.rankers.run.tasks import export
 from differank.rankers.run.triton import triton_config, triton_files
+from differank.rankers.scorers.linear import LinearRanker
 from differank.rankers.scorers.transformer import TransformerRanker
 from tests.conftest import TINY_RUN
 from train import compose_run, train
@@ -104,3 +105,32 @@ def test_an_unknown_format_is_named(asked):
 def test_a_triton_model_name_must_be_a_folder_name():
     with pytest.raises(ValueError, match="export.name"):
         triton_config("../up", 3, uses_mask=False)
+
+
+def test_whole_or_absent_an_export_blocked_at_its_last_file_leaves_the_old_export(tmp_path):
+    """solr/features.json is a directory: the rename stage fails there, and scorer.pt and
+    solr/model.json, already renamed over the old export, are put back as they were."""
+    folder = tmp_path / "export"
+    (folder / "solr" / "features.json").mkdir(parents=True)
+    (folder / "solr" / "model.json").write_text("the old model\n")
+    (folder / "scorer.pt").write_bytes(b"the old scorer")
+    scorer = Scorer(LinearRanker(3)).eval()
+    with pytest.raises(IsADirectoryError, match="features.json"):
+        export(scorer, tmp_path, OmegaConf.create({"format": ["torchscript", "solr"]}))
+    assert (folder / "solr" / "model.json").read_text() == "the old model\n"
+    assert (folder / "scorer.pt").read_bytes() == b"the old scorer"
+    assert sorted(p.name for p in folder.rglob("*")) == [
+        "features.json",
+        "model.json",
+        "scorer.pt",
+        "solr",
+    ]
+
+
+@pytest.mark.parametrize("name", ["..", ".", "", "up/../..", "a\\b", "nul\0", "x" * 256])
+def test_path_component_a_triton_name_that_leaves_its_folder_is_refused(name, tmp_path):
+    """export.name=.. wrote config.pbtxt and the model beside export/triton/, not inside."""
+    scorer = Scorer(LinearRanker(3)).eval()
+    with pytest.raises(ValueError, match="export.name must be one file or folder name"):
+        triton_files(scorer, tmp_path / "export" / "triton", name)
+    assert not (tmp_path / "export").exists()

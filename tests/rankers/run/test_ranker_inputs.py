@@ -94,3 +94,24 @@ def test_features_must_be_a_numeric_matrix():
         ranking_rows(np.zeros(3), None, qid=[0, 0, 0])
     with pytest.raises(ValueError, match="rectangular"):
         ranking_rows([[1.0, 2.0], [3.0]], None, qid=[0, 0])
+
+
+def test_claimed_size_a_sparse_matrix_is_checked_against_the_budget_before_densifying(monkeypatch):
+    """10^5 x 10^6 sparse: 745 GiB dense, refused before toarray allocates anything."""
+    from differank.rankers.run import ranker_inputs
+
+    huge = sparse.csr_matrix((10**5, 10**6), dtype=np.float32)
+    monkeypatch.setattr(ranker_inputs, "available_memory_bytes", lambda: 8 * 2**30)
+    monkeypatch.setattr(
+        type(huge), "toarray", lambda self: pytest.fail("densified before the budget check")
+    )
+    with pytest.raises(ValueError, match=r"100000 rows x 1000000 features need 745\.06 GiB"):
+        ranking_rows(huge, np.zeros(10**5), qid=np.zeros(10**5))
+
+
+def test_claimed_size_a_dense_array_is_checked_against_the_budget(monkeypatch):
+    from differank.rankers.run import ranker_inputs
+
+    monkeypatch.setattr(ranker_inputs, "available_memory_bytes", lambda: 100)
+    with pytest.raises(ValueError, match="as dense float32 features"):
+        ranking_rows(np.zeros((10, 4)), np.zeros(10), qid=np.zeros(10))

@@ -147,16 +147,9 @@ def test_a_broken_ensemble_json_is_named(tmp_path):
 
 
 def test_a_gradient_boosting_teacher_without_its_library_names_the_extra(tmp_path, monkeypatch):
-    import builtins
+    import sys
 
-    real_import = builtins.__import__
-
-    def no_lightgbm(name, *args, **kwargs):
-        if name == "lightgbm":
-            raise ImportError("No module named 'lightgbm'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_lightgbm)
+    monkeypatch.setitem(sys.modules, "lightgbm", None)  # import lightgbm: ImportError
     path = tmp_path / "model.txt"
     path.write_text("tree")
     with pytest.raises(ImportError, match=r"differank\[bench\]"):

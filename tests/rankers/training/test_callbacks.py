@@ -59,3 +59,29 @@ def test_the_old_names_of_the_console_pieces_warn():
     with pytest.warns(DeprecationWarning, match="moved to differank.rankers.training.console"):
         handler = callbacks.console_handler
     assert handler is terminal.console_handler
+
+
+def test_the_epoch_line_of_a_run_bounded_by_max_steps_and_its_checkpoint_line(caplog, tmp_path):
+    """With max_steps alone Lightning's max_epochs is None: the epoch line shows "?" for the
+    last epoch; the checkpoint line names the best checkpoint's score and path."""
+    from types import SimpleNamespace
+
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    saver = ModelCheckpoint(dirpath=tmp_path)
+    trainer = SimpleNamespace(
+        is_global_zero=True,
+        callback_metrics={},
+        max_epochs=None,
+        checkpoint_callback=saver,
+        early_stopping_callbacks=[],
+        should_stop=False,
+    )
+    console = callbacks.RunConsole("val/map")
+    console.on_fit_start(trainer, None)  # no checkpoint saved yet
+    saver.best_model_score, saver.best_model_path = 0.5, str(tmp_path / "best.ckpt")
+    console.pending = (0, 0.5)
+    with caplog.at_level(logging.INFO, logger=callbacks.log.name):
+        console.on_fit_end(trainer, None)
+    assert "epoch 0/?  val/map 0.5000  best 0.5000 (epoch 0)" in caplog.text
+    assert f"checkpoint: val/map improved to 0.5000, saved {tmp_path / 'best.ckpt'}" in caplog.text

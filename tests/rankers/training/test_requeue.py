@@ -43,3 +43,14 @@ def test_outside_slurm_nothing_is_rewired():
     deferred.on_train_start(trainer_under(None), None)
     deferred.on_train_end(trainer_under(None), None)
     assert signal.getsignal(signal.SIGUSR1) is previous
+
+
+def test_a_slurm_environment_without_a_requeue_signal_is_left_alone():
+    """Lightning leaves ``requeue_signal`` None where there is no SIGUSR1 (Windows)."""
+    previous = signal.getsignal(signal.SIGUSR1)
+    environment = SLURMEnvironment(auto_requeue=True)
+    environment.requeue_signal = None
+    deferred = DeferredRequeue()
+    deferred.on_train_start(trainer_under(environment), None)
+    deferred.on_train_end(trainer_under(environment), None)
+    assert signal.getsignal(signal.SIGUSR1) is previous
