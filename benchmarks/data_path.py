@@ -135,12 +135,11 @@ def train_worker(overrides: list[str], run_dir: Path) -> dict:
     """``train()`` as ``python train.py`` runs it, with its phases timed."""
     start = time.perf_counter()
     import pytorch_lightning as pl
-    from reproduce import train_module
 
     import differank.datamodules.letor as letor
     import differank.rankers.run.trainer_tasks as tasks
+    from differank.rankers.run.runs import compose_config
 
-    script = train_module()
     phases: dict[str, float] = {}
 
     def timed(original, phase):
@@ -161,7 +160,7 @@ def train_worker(overrides: list[str], run_dir: Path) -> dict:
     pl.Trainer.test = timed(pl.Trainer.test, "test")
     tasks.write_lightning_outputs = timed(tasks.write_lightning_outputs, "outputs + metrics")
     phases["imports"] = time.perf_counter() - start
-    script.train(script.compose_run(overrides, run_dir), run_dir)
+    tasks.run_task(compose_config(overrides, run_dir=run_dir), run_dir, overrides=overrides)
     return {
         "phases": phases,
         "wall_inside": time.perf_counter() - start,

@@ -42,11 +42,12 @@ import measure
 import numpy as np
 import peers
 import torch
-from reproduce import TINY_OVERRIDES, train_module
+from reproduce import TINY_OVERRIDES, training_run
 
 from differank.datamodules.atomic_files import write_file
 from differank.rankers.metrics.evaluate import per_query_values
 from differank.rankers.metrics.significance import paired_bootstrap
+from differank.rankers.run.runs import compose_config
 
 ROOT = Path(__file__).resolve().parents[1]
 LABEL_LOSS = "{_target_:differank.losses.listnet.ListNetLoss,reduction:none}"
@@ -77,7 +78,7 @@ def raw_data(overrides: list[str], run_dir: Path):
     """The fold's data module with raw features (what every teacher scores)."""
     from hydra.utils import instantiate
 
-    cfg = train_module().compose_run(overrides, run_dir)
+    cfg = compose_config(overrides, run_dir=run_dir)
     return instantiate(cfg.data, normalization="none", transform="none")
 
 
@@ -88,7 +89,7 @@ def train(overrides: list[str], run_dir: Path, tiny: bool) -> dict:
         return json.loads(record.read_text())
     extra = ["trainer.max_epochs=1", "logger=csv"] if tiny else ["logger=csv"]
     start = time.perf_counter()
-    metrics = train_module().run_training([*overrides, *extra, "quiet=true"], run_dir)
+    metrics = training_run([*overrides, *extra, "quiet=true"], run_dir)
     result = {
         "val_map": metrics["val/map"],
         "map": metrics["map"],

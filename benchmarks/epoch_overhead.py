@@ -216,8 +216,7 @@ def bare_trainer(callbacks, run_dir: Path):
 def train_py_trainer(callbacks, run_dir: Path):
     """``make_trainer`` of ``train.py`` (conf/train.yaml's trainer, callbacks and loggers) with
     ``run_dir`` as the run directory."""
-    from reproduce import train_module
-
+    from differank.rankers.run.runs import compose_config
     from differank.rankers.run.trainer_tasks import make_trainer
 
     overrides = [
@@ -226,7 +225,7 @@ def train_py_trainer(callbacks, run_dir: Path):
         "+trainer.limit_val_batches=1",
         "+trainer.num_sanity_val_steps=0",
     ]
-    cfg = train_module().compose_run(overrides, run_dir)
+    cfg = compose_config(overrides, run_dir=run_dir)
     trainer = make_trainer(cfg)
     trainer.callbacks[:0] = callbacks
     return trainer

@@ -315,10 +315,11 @@ def main() -> None:
         if not args.overrides:
             return LetorDataModule(args.root, fold=fold)
         from hydra.utils import instantiate
-        from reproduce import train_module
+
+        from differank.rankers.run.runs import compose_config
 
         overrides = [*args.overrides, f"++data.fold={fold}"]
-        return instantiate(train_module().compose_run(overrides, run_dir).data)
+        return instantiate(compose_config(overrides, run_dir=run_dir).data)
 
     for peer in args.peers:
         if not available(peer):

@@ -64,10 +64,11 @@ import numpy as np
 import torch
 import yaml
 from protocol_figure import forest_plot
-from reproduce import TINY_OVERRIDES, train_module
+from reproduce import TINY_OVERRIDES, training_run
 
 from differank.datamodules.atomic_files import write_file
 from differank.rankers.metrics.significance import PairedInterval, paired_bootstrap
+from differank.rankers.run.runs import compose_config
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +255,7 @@ def _data_module(overrides: list[str], run_dir: Path):
     from hydra.utils import instantiate
 
     data_only = [o for o in overrides if o.lstrip("+~").startswith(("data", "seed"))]
-    return instantiate(train_module().compose_run(data_only, run_dir).data)
+    return instantiate(compose_config(data_only, run_dir=run_dir).data)
 
 
 # What the tables and the ensemble read from a run's result.json, besides the job it ran.
@@ -362,7 +363,7 @@ def run_job(job: Job) -> dict:
             )
             row.pop("settings")
         else:
-            row = train_module().run_training(overrides, job.run_dir)
+            row = training_run(overrides, job.run_dir)
             row["val_map"] = row.pop("val/map")  # the selection signal (conf/train.yaml monitor)
             write_val_scores(job.run_dir)
         row.update(fold=job.fold, seed=job.seed, run_dir=str(job.run_dir))
@@ -469,8 +470,8 @@ class Protocol:
         overrides, params = row_space(row)
         space = distributions(params)
         dataset = self.datasets[0]
-        cfg = train_module().compose_run(
-            [*dataset.overrides, *overrides, *self.profile.extra], self.runs / "compose"
+        cfg = compose_config(
+            [*dataset.overrides, *overrides, *self.profile.extra], run_dir=self.runs / "compose"
         )
         from omegaconf import OmegaConf
 

@@ -7,12 +7,12 @@
     python benchmarks/reproduce.py --overrides model=linear loss=domination --folds 1 2
     python benchmarks/reproduce.py --experiment conerank_paper_sg --peers lightgbm --out x.md
 
-Each (configuration, fold) is one ``train.py`` run (model selection on the validation split,
+Each (configuration, fold) is one ``differank`` run (model selection on the validation split,
 test metrics from the written prediction file by docs/metrics.md#the-letor-script-rules) in
 ``<runs>/<name>/foldN``; each peer
 (``benchmarks/peers.py``) writes and scores a prediction file the same way. Without ``data=...``
 among the overrides the data is ``mq2008``. ``--sweep KEY=A,B,...`` (Hydra's sweep syntax, as in
-``train.py -m``) turns each configuration into one row per value (per combination, for several
+``differank -m``) turns each configuration into one row per value (per combination, for several
 keys), named ``<name>_KEY=VALUE``: the structured hinge's per-k curve is the example above.
 The output is a summary table (mean ± std over folds of MAP, MeanNDCG, NDCG@1/3/5/10, P@1/5/10
 and seconds per fold), the per-fold tables, the papers' published MQ2008 numbers
@@ -30,8 +30,6 @@ holds it under ``"meta"``.
 from __future__ import annotations
 
 import argparse
-import functools
-import importlib.util
 import json
 import os
 import statistics
@@ -41,9 +39,11 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
-from types import ModuleType
 
 import measure
+
+import differank
+from differank.rankers.run.runs import compose_config
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "conf" / "experiment"
@@ -154,19 +154,16 @@ def _data_overrides(overrides: list[str]) -> list[str]:
     return [] if any(o.startswith("data=") for o in overrides) else ["data=mq2008"]
 
 
-@functools.cache
-def train_module() -> ModuleType:
-    """``train.py`` as a module: ``run_training`` (one training run, what ``python train.py``
-    runs) and ``compose_run``. It is a script at the repository root, not an installed module,
-    and no benchmark edits ``sys.path``: it is imported from its file."""
-    spec = importlib.util.spec_from_file_location("train", ROOT / "train.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def training_run(overrides: list[str], run_dir: Path) -> dict[str, float]:
+    """One training run (``differank.run``: what ``differank OVERRIDES`` does) as a row: its
+    test metrics and, under the name of ``monitor`` (``val/map``), the validation value its
+    epoch was chosen on."""
+    result = differank.run(overrides, output_dir=run_dir)
+    return {result.monitor: result.best_validation, **result.test_metrics}
 
 
 def run_one(config: Config, fold: int, out_root: Path, tiny: bool, threads: int | None) -> dict:
-    """One (configuration, fold): a train.py run or a peer. Returns the row (or an error)."""
+    """One (configuration, fold): a differank run or a peer. Returns the row (or an error)."""
     if threads:
         import torch
 
@@ -180,13 +177,13 @@ def run_one(config: Config, fold: int, out_root: Path, tiny: bool, threads: int 
             from peers import run_peer
 
             data_only = [o for o in overrides if o.lstrip("+~").startswith(("data", "seed"))]
-            datamodule = instantiate(train_module().compose_run(data_only, run_dir).data)
+            datamodule = instantiate(compose_config(data_only, run_dir=run_dir).data)
             run_dir.mkdir(parents=True, exist_ok=True)
             row = run_peer(config.peer, datamodule, run_dir, tiny=tiny)
             row.pop("settings", None)
             return {**row, "cpu_seconds": time.process_time() - cpu}
         start = time.perf_counter()
-        metrics = train_module().run_training(overrides, run_dir)
+        metrics = training_run(overrides, run_dir)
         val_map = metrics.pop("val/map")  # the validation value the run's epoch was chosen on
         return {
             "fold": fold,

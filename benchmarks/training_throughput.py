@@ -45,14 +45,15 @@ LENGTHS = (16, 128, 1024, 1251)
 
 def build_module(scorer: str, objective: str, n_features: int):
     """What ``train.py model=SCORER loss=OBJECTIVE`` builds (composed by train.py's own
-    ``compose_run``), without a learning-rate schedule (one step is timed, not an epoch)."""
+    ``differank.compose``), without a learning-rate schedule (one step is timed, not an epoch)."""
     import tempfile
 
     from hydra.utils import instantiate
-    from reproduce import train_module
+
+    from differank.rankers.run.runs import compose_config
 
     overrides = [f"model={scorer}", f"loss={objective}", "++model.scheduler=null"]
-    cfg = train_module().compose_run(overrides, Path(tempfile.mkdtemp()))
+    cfg = compose_config(overrides, run_dir=tempfile.mkdtemp())
     torch.manual_seed(0)
     module = instantiate(cfg.model, loss=instantiate(cfg.loss), n_features=n_features)
     return module, module.configure_optimizers()

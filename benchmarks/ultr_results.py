@@ -6,7 +6,7 @@ the full-information model (true labels, the upper bar), on the true test labels
     python benchmarks/ultr_results.py --clicks cascade --rows naive ips dla full --folds 1 \\
         --seeds 0 --out benchmarks/results/ultr_mq2008_cascade.md
 
-Each (row, fold, seed) is one ``train.py`` run (``train.run_training``) in
+Each (row, fold, seed) is one ``differank`` run (``differank.run``) in
 ``<runs>/<setting>/<row>/fold<F>_seed<S>``; a run whose ``test_metrics.json`` exists is read, not
 run again, so an interrupted benchmark resumes. Click rows train on the semi-synthetic protocol
 of ``conf/clicks/`` (a production ranker on 1 % of the training queries shows its top 10,
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import measure
 import torch
-from reproduce import train_module
+from reproduce import training_run
 
 from differank.datamodules.atomic_files import write_file
 from differank.rankers.metrics.evaluate import per_query_metrics
@@ -94,7 +94,7 @@ def run(row: Row, fold: int, seed: int, common: list[str], folder: Path) -> dict
         overrides = [*common, *row.overrides, f"data.fold={fold}", f"seed={seed}"]
         if not row.clicks:
             overrides = [o for o in overrides if not o.startswith("clicks")]
-        train_module().run_training(overrides, folder)
+        training_run(overrides, folder)
     metrics = json.loads(done.read_text())
     return {"fold": fold, "seed": seed, "folder": folder, **{k: metrics[k] for k in METRICS}}
 

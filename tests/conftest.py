@@ -1,11 +1,13 @@
-"""Shared fixtures: composing the Hydra config tree the way ``train.py`` sees it."""
+"""Shared fixtures: composing the Hydra config tree the way the ``differank`` command sees it,
+and running its task in this process."""
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from train import compose_run
+from differank.rankers.run.runs import compose_config
 
 ROOT = Path(__file__).resolve().parents[1]
 # benchmarks/ on the path as `python benchmarks/<name>.py` has it: the scripts import each other
@@ -49,8 +51,19 @@ def private_tracking_store(tmp_path_factory):
 
 @pytest.fixture
 def train_config(tmp_path):
-    """Compose a run config whose run directory is a fresh temporary folder."""
-    return lambda overrides: compose_run(overrides, tmp_path / "run")
+    """Compose a run config (resolved, no hydra node) whose run directory is a fresh temporary
+    folder."""
+    return lambda overrides: compose_config(overrides, run_dir=tmp_path / "run")
+
+
+def run_config(overrides: Sequence[str], run_dir: str | Path) -> float:
+    """What ``differank OVERRIDES hydra.run.dir=RUN_DIR`` runs, in this process: the composed
+    config's task into ``run_dir`` (the best validation value of a fit, else NaN), without the
+    command line's logging set-up, so pytest's capture sees every line."""
+    from differank.rankers.run.tasks import run_task  # torch and Lightning load only now
+
+    cfg = compose_config(overrides, run_dir=run_dir)
+    return run_task(cfg, Path(run_dir), overrides=overrides)
 
 
 requires_mq2008 = pytest.mark.skipif(

@@ -185,7 +185,7 @@ def test_cone_throughput_tiny(capsys):
 
 def test_no_script_edits_sys_path():
     """`python benchmarks/<name>.py` finds its siblings (benchmarks/ is sys.path[0]) and the
-    installed packages; train.py is loaded from its file (reproduce.train_module)."""
+    installed packages (differank.run trains)."""
     edit = re.compile(r"sys\.path\.(insert|append|extend)|sys\.path\s*(\+?=|\[)")
     editing = {p.name for p in (ROOT / "benchmarks").glob("*.py") if edit.search(p.read_text())}
     assert not editing

@@ -18,7 +18,8 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from differank.rankers.checkpoints import resolved
-from tests.conftest import MQ2008, ROOT
+from differank.rankers.run.runs import compose_with_hydra
+from tests.conftest import MQ2008, ROOT, run_config
 
 CONF = ROOT / "conf"
 
@@ -87,8 +88,8 @@ def missing_data_root(cfg) -> str | None:
 
 
 @pytest.mark.parametrize("experiment", options("experiment", nested=True))
-def test_every_experiment_composes_and_builds_its_model_and_loss(train_config, experiment):
-    cfg = train_config([f"experiment={experiment}"])
+def test_every_experiment_composes_and_builds_its_model_and_loss(experiment, tmp_path):
+    cfg = compose_with_hydra([f"experiment={experiment}"], run_dir=tmp_path)  # choices: Hydra's
     assert cfg.hydra.runtime.choices.experiment == experiment
     module = instantiate(cfg.model, loss=instantiate(cfg.loss), n_features=46)
     assert module(torch.randn(2, 5, 46)).shape == (2, 5)
@@ -108,14 +109,15 @@ DEPRECATED_EXPERIMENTS = {
     "experiment", [name for name in options("experiment") if name not in DEPRECATED_EXPERIMENTS]
 )
 def test_every_experiment_runs_fast_dev_run(train_config, experiment, tmp_path):
-    from train import train
-
-    cfg = train_config(
-        [f"experiment={experiment}", "trainer.fast_dev_run=true", "logger=csv", "callbacks=none"]
-    )
-    if root := missing_data_root(cfg):
+    overrides = [
+        f"experiment={experiment}",
+        "trainer.fast_dev_run=true",
+        "logger=csv",
+        "callbacks=none",
+    ]
+    if root := missing_data_root(train_config(overrides)):
         pytest.skip(f"experiment={experiment} reads {root}, which does not exist")
-    value = train(cfg, Path(cfg.hydra.runtime.output_dir))
+    value = run_config(overrides, tmp_path / "run")
     assert 0.0 <= value <= 1.0
 
 
@@ -204,8 +206,8 @@ HEADER = ("direction", "n_trials", "n_jobs", "sampler")  # conf/hydra/sweeper/op
     reason="hydra-optuna-sweeper (the optional 'cluster' extra) is not installed",
 )
 @pytest.mark.parametrize("name", SEARCHES)
-def test_every_hparams_search_composes_with_the_shared_sweeper_header(train_config, name):
-    cfg = train_config([f"+hparams_search={name}", "seed=7"])
+def test_every_hparams_search_composes_with_the_shared_sweeper_header(name, tmp_path):
+    cfg = compose_with_hydra([f"+hparams_search={name}", "seed=7"], run_dir=tmp_path)
     sweeper = cfg.hydra.sweeper
     assert cfg.hydra.runtime.choices["hydra/sweeper"] == "optuna_search"
     assert sweeper._target_.endswith("OptunaSweeper") and sweeper.study_name == name
@@ -229,7 +231,7 @@ def test_a_validated_setting_comes_only_from_the_experiment_the_user_names(train
     chosen = OmegaConf.load(CONF / "experiment" / f"{validated}.yaml").model.optimizer
     assert model([f"experiment={validated}"])["optimizer"] == linear | dict(chosen)
     assert f"experiment={validated}" in (CONF / "loss" / "hinge.yaml").read_text()
-    other_data = train_config([f"experiment={validated}", "data=synthetic"])
+    other_data = compose_with_hydra([f"experiment={validated}", "data=synthetic"], run_dir=".")
     assert other_data.hydra.runtime.choices.data == "synthetic"
     assert other_data.model.optimizer.weight_decay == chosen.weight_decay
     assert model([f"experiment={validated}", "model.optimizer.lr=0.5"])["optimizer"]["lr"] == 0.5
@@ -244,12 +246,12 @@ def test_no_config_is_chosen_by_interpolating_other_choices():
     assert not (CONF / "objective").exists()  # +objective=NAME: deprecated in 0.1.0, removed
 
 
-def test_each_callback_is_its_own_file_and_default_lists_them(train_config):
+def test_each_callback_is_its_own_file_and_default_lists_them(tmp_path):
     default = OmegaConf.load(CONF / "callbacks" / "default.yaml")
     assert set(default) == {"defaults"}, "default.yaml only lists the callback files"
     singles = [name for name in options("callbacks") if name not in ("default", "none")]
     assert sorted(default.defaults) == singles
-    composed = train_config([]).callbacks
+    composed = compose_with_hydra([], run_dir=tmp_path).callbacks  # unresolved, as written
     assert list(composed) == list(default.defaults)
     for name in singles:
         node = OmegaConf.load(CONF / "callbacks" / f"{name}.yaml")
@@ -258,12 +260,10 @@ def test_each_callback_is_its_own_file_and_default_lists_them(train_config):
 
 
 def test_help_lists_the_groups_from_the_configs_and_names_only_real_options(tmp_path):
-    """``--help`` lists every group's options at ``$APP_CONFIG_GROUPS`` (train.py fills it from
-    ``conf/``; tests/test_train.py checks the printed output); every
+    """``--help`` lists every group's options at ``$APP_CONFIG_GROUPS`` (differank.cli fills it
+    from ``conf/``; tests/test_cli.py checks the printed output); every
     ``GROUP=OPTION`` it mentions exists and no removed group (``tuned``) is named."""
-    from train import compose_run
-
-    template = compose_run([], tmp_path).hydra.help.template
+    template = compose_with_hydra([], run_dir=tmp_path).hydra.help.template
     assert "$APP_CONFIG_GROUPS" in template and "$CONFIG" in template
     assert "tuned" not in template
     groups = {path.name for path in CONF.iterdir() if path.is_dir()}
@@ -285,17 +285,12 @@ def test_mq2008_resolves_against_letor_dir_else_the_project_never_the_cwd(
     assert train_config(["data=mq2008"]).data.root == str(tmp_path / "sets" / "MQ2008")
 
 
-def test_a_missing_data_root_names_the_absolute_path_and_how_to_set_it(
-    train_config, tmp_path, monkeypatch
-):
-    from train import train
-
+def test_a_missing_data_root_names_the_absolute_path_and_how_to_set_it(tmp_path, monkeypatch):
     monkeypatch.setenv("LETOR_DIR", "nowhere")
-    cfg = train_config(["data=mq2008"])
     with pytest.raises(
         FileNotFoundError,
         match=f"{Path.cwd() / 'nowhere' / 'MQ2008'} does not "
         "exist \\(LETOR_DIR=nowhere\\).*LETOR_DIR.*"
         "data.root=.*differank.datamodules.download MQ2008",
     ):
-        train(cfg, tmp_path)
+        run_config(["data=mq2008"], tmp_path)

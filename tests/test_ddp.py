@@ -12,8 +12,8 @@ from lightning_fabric.utilities.data import _set_sampler_epoch
 from torch.utils.data import DataLoader
 
 from differank.datamodules.query_batches import QueryBatchSampler, ShardedQueryBatchSampler
-from tests.conftest import ROOT
-from train import compose_run, train
+from differank.rankers.run.runs import compose_config
+from tests.conftest import ROOT, run_config
 
 LENGTHS = np.random.default_rng(0).integers(1, 60, size=23)
 TINY = [
@@ -84,7 +84,7 @@ def test_fewer_queries_than_processes_is_refused():
 @pytest.fixture(scope="module")
 def single_process_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("single")
-    value = train(compose_run(TINY, run_dir), run_dir)
+    value = run_config(TINY, run_dir)
     return run_dir, value
 
 
@@ -110,7 +110,7 @@ def ddp_run(tmp_path_factory):
 @pytest.mark.slow  # two gloo processes training for real
 def test_ddp_evaluation_equals_single_process_exactly(ddp_run, tmp_path):
     best = ddp_run / "checkpoints" / "best.ckpt"
-    train(compose_run([*TINY, "task=test", f"ckpt_path={best}"], tmp_path), tmp_path)
+    run_config([*TINY, "task=test", f"ckpt_path={best}"], tmp_path)
     for name in ("test_metrics.json", "predictions/test.txt", "predictions/test.run"):
         assert (ddp_run / name).read_bytes() == (tmp_path / name).read_bytes(), name
 
@@ -127,16 +127,8 @@ def test_ddp_training_lands_near_single_process(ddp_run, single_process_run):
 
 def test_local_ddp_inside_a_sweep_is_refused_before_it_starts(tmp_path):
     overrides = [*TINY, "trainer=ddp", "trainer.devices=2", "trainer.accelerator=cpu"]
-    with pytest.raises(ValueError, match="hydra/launcher=slurm_gpu"):
-        train(compose_run([*overrides, "hydra.mode=MULTIRUN"], tmp_path), tmp_path)
-
-
-def test_the_sweep_refusal_follows_run_tasks_argument_not_hydras_state(tmp_path):
-    """``run_task`` is told it runs in a sweep (``multirun``) by its caller: Hydra's own mode
-    (here a single run) is never read."""
     from differank.rankers.run.tasks import run_task
 
-    overrides = [*TINY, "trainer=ddp", "trainer.devices=2", "trainer.accelerator=cpu"]
-    cfg = compose_run(overrides, tmp_path)
+    cfg = compose_config(overrides, run_dir=tmp_path)
     with pytest.raises(ValueError, match="hydra/launcher=slurm_gpu"):
         run_task(cfg, tmp_path, overrides=overrides, multirun=True)

@@ -3,8 +3,6 @@ training step of the static path makes no host-device synchronisation. Skipped w
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -69,22 +67,20 @@ def test_loss_on_cuda_equals_cpu(name, dtype):
 
 @pytest.mark.parametrize("objective", sorted(LOSS_RUNS))
 @pytest.mark.parametrize("precision", ["32-true", "16-mixed", "bf16-mixed"])
-def test_one_training_epoch_on_cuda(train_config, objective, precision):
-    from train import train
+def test_one_training_epoch_on_cuda(objective, precision, tmp_path):
+    from tests.conftest import run_config
 
-    cfg = train_config(
-        [
-            *LOSS_RUNS[objective],
-            f"++trainer.precision={precision}",
-            "trainer.accelerator=gpu",
-            "trainer.devices=1",
-            "trainer.max_epochs=1",
-            "logger=csv",
-        ]
-    )
-    value = train(cfg, Path(cfg.hydra.runtime.output_dir))
+    overrides = [
+        *LOSS_RUNS[objective],
+        f"++trainer.precision={precision}",
+        "trainer.accelerator=gpu",
+        "trainer.devices=1",
+        "trainer.max_epochs=1",
+        "logger=csv",
+    ]
+    value = run_config(overrides, tmp_path / "run")
     assert 0.0 <= value <= 1.0
-    assert (Path(cfg.hydra.runtime.output_dir) / "test_metrics.json").is_file()
+    assert (tmp_path / "run" / "test_metrics.json").is_file()
 
 
 @pytest.mark.parametrize("name", LOSSES)

@@ -18,8 +18,8 @@ import torch
 
 from differank.datamodules.reader import write_letor
 from differank.rankers.checkpoints import restore_run
-from tests.conftest import MQ2008, ROOT, TINY_DATA, requires_mq2008
-from train import compose_run, train
+from differank.rankers.run.runs import compose_config
+from tests.conftest import MQ2008, ROOT, TINY_DATA, requires_mq2008, run_config
 
 TINY = [
     *TINY_DATA,
@@ -72,7 +72,7 @@ class PlantedBest(pl.Callback):
 
 def run(overrides, run_dir) -> dict:
     """One in-process run of ``train.py``; its test metrics."""
-    train(compose_run(overrides, run_dir), run_dir)
+    run_config(overrides, run_dir)
     return json.loads((run_dir / "test_metrics.json").read_text())
 
 
@@ -197,11 +197,11 @@ def test_task_predict_and_export_restore_the_run(uninterrupted, tmp_path, caplog
     run_dir, _ = uninterrupted
     best = run_dir / "checkpoints" / "best.ckpt"
     run_only = ["logger=csv", f"ckpt_path={best}"]
-    train(compose_run(["task=predict", *run_only], tmp_path / "p"), tmp_path / "p")
+    run_config(["task=predict", *run_only], tmp_path / "p")
     assert (tmp_path / "p/predictions/test.txt").read_bytes() == (
         run_dir / "predictions/test.txt"
     ).read_bytes()
-    train(compose_run(["task=export", *run_only], tmp_path / "e"), tmp_path / "e")
+    run_config(["task=export", *run_only], tmp_path / "e")
     assert (tmp_path / "e/export/scorer.pt").is_file()
     assert "No unused functions" not in caplog.text  # the ONNX passes' INFO noise is filtered
 
@@ -227,7 +227,7 @@ def test_predict_with_non_finite_scores_writes_nothing_and_names_why(
     torch.save(checkpoint, broken)
     run_dir = tmp_path / "predict"
     with pytest.raises(ValueError, match=refusal):
-        train(compose_run(["task=predict", f"ckpt_path={broken}", "logger=csv"], run_dir), run_dir)
+        run_config(["task=predict", f"ckpt_path={broken}", "logger=csv"], run_dir)
     assert not (run_dir / "predictions").exists() and not (run_dir / "test_metrics.json").exists()
 
 
@@ -243,7 +243,7 @@ def test_command_line_overrides_win_over_the_checkpoint(uninterrupted, tmp_path)
 def test_restore_applies_keys_and_deletions_and_tolerates_old_checkpoints(uninterrupted, caplog):
     best = torch.load(uninterrupted[0] / "checkpoints" / "best.ckpt", weights_only=True)
     overrides = ["task=test", "ckpt_path=x", "data.fold=1", "~data.num_workers"]
-    cfg = compose_run(overrides, ROOT)
+    cfg = compose_config(overrides, run_dir=ROOT)
     restored = restore_run(cfg, best, "x", overrides)
     assert restored.data.n_train_queries == 40 and "num_workers" not in restored.data
     assert restored.model.optimizer.lr == 0.01 and restored.data.fold == 1
@@ -301,7 +301,7 @@ def test_mq2008_fold1_test_from_the_checkpoint_alone_reproduces_the_run(tmp_path
 )
 def test_bad_tasks_fail_before_any_work(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
-        train(compose_run([*TINY, *overrides], tmp_path), tmp_path)
+        run_config([*TINY, *overrides], tmp_path)
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "empty"])

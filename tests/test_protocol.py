@@ -13,6 +13,7 @@ import numpy as np
 import protocol  # benchmarks/ is on the path (tests/conftest.py)
 import pytest
 
+from differank.rankers.run.runs import compose_config
 from tests.conftest import ROOT
 
 pytest.importorskip("lightgbm")
@@ -90,11 +91,11 @@ def test_a_cached_run_of_another_setting_is_redone(smoke, monkeypatch):
     same = protocol.Job(row, tuple(cached["job"]["overrides"]), (), 1, 0, run_dir, rows, True)
     assert protocol.run_job(same) == cached  # read, not redone
     trained = []
-    monkeypatch.setattr(protocol.train_module(), "run_training", lambda *run: trained.append(run))
+    monkeypatch.setattr(protocol, "training_run", lambda *run: trained.append(run))
     changed = protocol.Job(
         row, (*same.overrides, "model.optimizer.lr=0.5"), (), 1, 0, run_dir, rows, True
     )
-    assert "error" in protocol.run_job(changed)  # redone: the stand-in run_training fails it
+    assert "error" in protocol.run_job(changed)  # redone: the stand-in training_run fails it
     assert trained == [([*changed.overrides, "seed=0", "++data.fold=1", "quiet=true"], run_dir)]
     assert not (run_dir / "result.json").exists() and not (run_dir / "checkpoints").exists()
 
@@ -170,7 +171,7 @@ def cached_job(smoke, tmp_path):
 
 def test_a_sound_cached_run_is_read_where_it_now_lies(cached_job, monkeypatch):
     job, _ = cached_job
-    monkeypatch.setattr(protocol.train_module(), "run_training", pytest.fail)
+    monkeypatch.setattr(protocol, "training_run", pytest.fail)
     result = protocol.run_job(job)
     assert result["run_dir"] == str(job.run_dir) and result["fold"] == 1 and result["seed"] == 0
     assert 0 <= result["val_map"] <= 1
@@ -190,9 +191,9 @@ def test_a_damaged_or_foreign_cached_file_is_named_and_its_run_redone(
     else:
         path.write_text(damage(path.read_text(), other))
     trained = []
-    monkeypatch.setattr(protocol.train_module(), "run_training", lambda *run: trained.append(run))
+    monkeypatch.setattr(protocol, "training_run", lambda *run: trained.append(run))
     result = protocol.run_job(job)
-    assert "error" in result  # redone: the stand-in run_training fails it
+    assert "error" in result  # redone: the stand-in training_run fails it
     assert trained == [([*job.overrides, "seed=0", "++data.fold=1", "quiet=true"], job.run_dir)]
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and warnings[0].startswith(f"{path} ")  # the file, then why
@@ -202,7 +203,6 @@ def test_a_damaged_or_foreign_cached_file_is_named_and_its_run_redone(
 
 def test_each_chosen_setting_is_written_as_an_experiment_that_composes(smoke):
     import yaml
-    from reproduce import train_module
 
     folder, _, record = smoke
     path = folder / "experiments" / "listnet_linear.yaml"
@@ -219,7 +219,7 @@ def test_each_chosen_setting_is_written_as_an_experiment_that_composes(smoke):
     experiment = ROOT / "conf" / "experiment" / "protocol_test_tmp.yaml"
     experiment.write_text(text)
     try:
-        cfg = train_module().compose_run(["experiment=protocol_test_tmp"], folder / "compose")
+        cfg = compose_config(["experiment=protocol_test_tmp"], run_dir=folder / "compose")
     finally:
         experiment.unlink()
     assert cfg.model.optimizer.lr == chosen["model.optimizer.lr"]

@@ -7,8 +7,7 @@ import re
 
 import pytest
 
-from tests.conftest import ROOT, TINY_RUN
-from train import compose_run, train
+from tests.conftest import ROOT, TINY_RUN, run_config
 
 README = (ROOT / "README.md").read_text()
 PATH = re.compile(r"(?<!\S)/\S+")  # an absolute path: the run folder differs per run
@@ -41,7 +40,7 @@ def console_lines(tmp_path_factory):
     root.setLevel(logging.INFO)
     lightning.propagate = True
     try:
-        train(compose_run([*TINY_RUN, "quiet=true"], run_dir), run_dir)
+        run_config([*TINY_RUN, "quiet=true"], run_dir)
     finally:
         root.removeHandler(collect)
         root.setLevel(saved[0])

@@ -6,13 +6,12 @@ import re
 
 import serving_latency  # benchmarks/ is on the path (tests/conftest.py)
 
-from tests.conftest import TINY_RUN
-from train import compose_run, train
+from tests.conftest import TINY_RUN, run_config
 
 
 def test_serving_latency_tiny_with_a_checkpoint(tmp_path):
     run_dir = tmp_path / "run"
-    train(compose_run(TINY_RUN, run_dir), run_dir)
+    run_config(TINY_RUN, run_dir)
     out = tmp_path / "latency.md"
     checkpoint = run_dir / "checkpoints" / "best.ckpt"
     serving_latency.main(

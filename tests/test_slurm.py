@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from differank.rankers.run.runs import compose_with_hydra
 from tests.conftest import ROOT
 
 needs_root_on_debian = pytest.mark.skipif(
@@ -71,8 +72,8 @@ def logged(run_dir, version=-1):
     importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None,
     reason="hydra-submitit-launcher (the optional 'cluster' extra) is not installed",
 )
-def test_cpu_partition_launcher_asks_for_one_task_and_no_gpu(train_config):
-    launcher = train_config(["hydra/launcher=slurm_cpu"]).hydra.launcher
+def test_cpu_partition_launcher_asks_for_one_task_and_no_gpu(tmp_path):
+    launcher = compose_with_hydra(["hydra/launcher=slurm_cpu"], run_dir=tmp_path).hydra.launcher
     assert (launcher.gpus_per_node, launcher.tasks_per_node) == (0, 1)  # sbatch rejects 0 tasks
 
 

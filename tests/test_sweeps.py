@@ -13,6 +13,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from differank.rankers.run.runs import compose_with_hydra
 from differank.rankers.run.sweep_summary import summarize
 from tests.conftest import ROOT, TINY_RUN
 
@@ -91,8 +92,8 @@ def test_objectives_sweep_runs_each_objective_at_its_validated_experiment(train_
 
 @needs_optuna
 @pytest.mark.parametrize("name", sorted(p.stem for p in (CONF / "hparams_search").glob("*.yaml")))
-def test_every_search_space_composes_and_names_real_keys(train_config, name):
-    cfg = train_config([f"+hparams_search={name}"])
+def test_every_search_space_composes_and_names_real_keys(name, tmp_path):
+    cfg = compose_with_hydra([f"+hparams_search={name}"], run_dir=tmp_path)  # the sweeper
     sweeper = cfg.hydra.sweeper
     assert sweeper._target_.endswith("OptunaSweeper") and sweeper.direction == "maximize"
     for key in sweeper.params:
@@ -119,14 +120,15 @@ def test_submitit_local_launcher_runs_the_jobs(tmp_path):
 
 
 @needs_submitit
-def test_slurm_launcher_is_set_for_gpu_nodes_and_overridable(train_config):
-    cfg = train_config(
+def test_slurm_launcher_is_set_for_gpu_nodes_and_overridable(tmp_path):
+    cfg = compose_with_hydra(
         [
             "hydra/launcher=slurm_gpu",
             "hydra.launcher.gpus_per_node=4",
             "hydra.launcher.partition=gpu",
             "hydra.launcher.timeout_min=30",
-        ]
+        ],
+        run_dir=tmp_path,
     )
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("SlurmLauncher")

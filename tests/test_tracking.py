@@ -9,8 +9,7 @@ import torch
 import yaml
 
 from differank.rankers.training.module import warmup_cosine
-from tests.conftest import TINY_DATA
-from train import compose_run, train
+from tests.conftest import TINY_DATA, run_config
 
 # a tiny run that logs every step (the learning rate included)
 TRACKED_RUN = [*TINY_DATA, "trainer.max_epochs=2", "trainer.log_every_n_steps=1", "quiet=true"]
@@ -45,7 +44,7 @@ def test_csv_and_tensorboard_get_hyperparameters_val_loss_and_the_learning_rate(
     run_dir = tmp_path / "run"
     overrides = [*TRACKED_RUN, "logger=default", "model/scheduler=warmup_cosine"]
     overrides.append("model.scheduler.warmup_fraction=0.5")  # 2 of the run's 4 steps
-    train(compose_run(overrides, run_dir), run_dir)
+    run_config(overrides, run_dir)
     for logger in ("csv", "tensorboard"):
         hparams = yaml.safe_load(next((run_dir / logger).rglob("hparams.yaml")).read_text())
         assert hparams["model"]["scheduler"]["warmup_fraction"] == 0.5
@@ -65,7 +64,7 @@ def test_wandb_offline_run_holds_config_metrics_and_learning_rate(tmp_path, monk
         monkeypatch.setenv(variable, str(tmp_path / "wandb-home"))
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     run_dir = tmp_path / "run"
-    train(compose_run([*TRACKED_RUN, "logger=wandb"], run_dir), run_dir)
+    run_config([*TRACKED_RUN, "logger=wandb"], run_dir)
     wandb.finish()  # the command line's exit does these two; in-process the test must
     wandb.teardown()  # waits for the service to write the run file
     (record,) = (run_dir / "wandb").glob("offline-run-*/run-*.wandb")
@@ -82,7 +81,7 @@ def test_mlflow_local_store_holds_params_metrics_and_learning_rate(tmp_path):
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run_dir = tmp_path / "run"
     overrides = [*TRACKED_RUN, "logger=mlflow", f"logger.mlflow.tracking_uri={store}"]
-    train(compose_run(overrides, run_dir), run_dir)
+    run_config(overrides, run_dir)
     client = MlflowClient(store)
     (run,) = client.search_runs([client.get_experiment_by_name("differank").experiment_id])
     assert {"val/loss", "val/map", "val/ndcg10", "lr-Adam", "test/map"} <= set(run.data.metrics)

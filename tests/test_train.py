@@ -14,9 +14,10 @@ import sys
 import pytest
 import torch
 
+from differank.cli import help_text
 from differank.rankers.metrics.evaluate import main as evaluate_main
-from tests.conftest import ROOT, TINY_DATA, requires_mq2008
-from train import compose_run, console_logging, help_text, train
+from differank.rankers.run.runs import compose_config, compose_with_hydra, console_logging
+from tests.conftest import ROOT, TINY_DATA, requires_mq2008, run_config
 
 TINY = TINY_DATA
 
@@ -137,7 +138,7 @@ def test_early_stopping_and_conerank_epochs_are_announced(tmp_path, caplog, caps
         "quiet=true",
         *TINY,
     ]
-    train(compose_run(never_better, tmp_path / "a"), tmp_path / "a")
+    run_config(never_better, tmp_path / "a")
     assert "early stopping: val/map has not improved for 1 validations (patience 1); best" in (
         caplog.text
     )
@@ -145,7 +146,7 @@ def test_early_stopping_and_conerank_epochs_are_announced(tmp_path, caplog, caps
     assert "━" not in capsys.readouterr().out  # quiet: no progress bar
     caplog.clear()
     conerank = ["model=conerank", "loss=cone", "trainer.max_epochs=1", "logger=csv", *TINY]
-    train(compose_run(conerank, tmp_path / "b"), tmp_path / "b")
+    run_config(conerank, tmp_path / "b")
     assert "epoch 0/0  train/loss" in caplog.text
     assert "━" in capsys.readouterr().out  # the progress bar
 
@@ -157,9 +158,10 @@ def test_lean_loop_is_accepted_for_one_release_and_warns_that_it_does_nothing(
     from differank.rankers.run.trainer_tasks import make_trainer
 
     caplog.set_level(logging.WARNING, logger="differank.rankers.run.trainer_tasks")
-    make_trainer(compose_run(["logger=csv"], tmp_path))
+    make_trainer(compose_config(["logger=csv"], run_dir=tmp_path))
     assert "lean_loop" not in caplog.text  # the default (null) says nothing
-    trainer = make_trainer(compose_run([f"lean_loop={value}", "logger=csv"], tmp_path))
+    settings = [f"lean_loop={value}", "logger=csv"]
+    trainer = make_trainer(compose_config(settings, run_dir=tmp_path))
     assert f"lean_loop={value.capitalize()} has no effect" in caplog.text
     assert "Lightning's own loop" in caplog.text
     assert type(trainer.fit_loop.epoch_loop).__module__.startswith("pytorch_lightning.")
@@ -187,7 +189,7 @@ HELP_TOPICS = (
 
 
 def test_help_explains_tasks_checkpoints_groups_and_outputs(tmp_path):
-    template = compose_run([], tmp_path).hydra.help.template  # what ``--help`` prints
+    template = compose_with_hydra([], run_dir=tmp_path).hydra.help.template  # ``--help``'s
     for text in HELP_TOPICS:
         assert text in template, text
 
@@ -200,9 +202,13 @@ def test_help_text_is_the_template_with_the_composed_config():
 
 
 def test_the_entry_point_loads_no_torch_until_a_task_runs():
-    """``--help`` and a mistyped override answer in about a second: importing train.py loads
-    Hydra only (Lightning and torch load when a task runs)."""
-    code = "import sys, train; print(sorted({'torch', 'pytorch_lightning'} & set(sys.modules)))"
+    """``--help`` and a mistyped override answer in about a second: importing the command
+    (differank.cli, and train.py, its shim) loads Hydra only (Lightning and torch load when a
+    task runs)."""
+    code = (
+        "import sys, differank.cli, train\n"
+        "print(sorted({'torch', 'pytorch_lightning'} & set(sys.modules)))"
+    )
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )

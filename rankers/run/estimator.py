@@ -148,6 +148,10 @@ class Ranker(BaseEstimator):
         early_stopping: None (train ``max_epochs``, keep the best ``eval_set`` epoch) or the
             patience in epochs (needs ``eval_set``).
         seed, device (``auto``, ``cpu``, ``cuda``), precision (``32-true``, ``bf16-mixed``...).
+        n_jobs: torch's CPU threads while fitting (None: the process's setting). One by
+            default: the default models' steps are small, and on a shared CPU two threads
+            that wait for each other train several times slower
+            (benchmarks/results/doors.md).
         verbose: one line per epoch on stdout (epoch, training loss, validation NDCG@10, the
             best so far); False prints nothing; None: only when stdout is a terminal.
         nan_policy: the reader's ``error`` | ``zero`` | ``allow`` for NaN / inf features.
@@ -189,6 +193,7 @@ class Ranker(BaseEstimator):
         seed: int = 0,
         device: str = "auto",
         precision: str = "32-true",
+        n_jobs: int | None = 1,
         verbose: bool | int | None = None,
         nan_policy: str = "error",
         convention: str = "letor",
@@ -209,6 +214,7 @@ class Ranker(BaseEstimator):
         self.seed = seed
         self.device = device
         self.precision = precision
+        self.n_jobs = n_jobs
         self.verbose = verbose
         self.nan_policy = nan_policy
         self.convention = convention
@@ -367,6 +373,7 @@ class Ranker(BaseEstimator):
 
         config = self._config()  # parameters checked before any data is read
         patience = None if self.early_stopping is None else self._patience()
+        threads = None if self.n_jobs is None else self._int("n_jobs", self.n_jobs, 1)
         train = self._rows(X, y, qid, group, "X")
         evals = self._eval_rows(eval_set, eval_qid, eval_group, train)
         if not evals and patience is not None:
@@ -405,6 +412,7 @@ class Ranker(BaseEstimator):
             deterministic=config["trainer"]["deterministic"],
             callbacks=guards,
             verbose=self._verbose(),
+            threads=threads,
         )
         module = result.module.cpu().eval()
         serving = serving_record(datamodule)

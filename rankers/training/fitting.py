@@ -126,6 +126,7 @@ def fit_in_memory(
     deterministic: bool = True,
     callbacks: Sequence[pl.Callback] = (),
     verbose: bool = False,
+    threads: int | None = None,
 ) -> FitResult:
     """Seed every generator with ``seed``, build the module (its initial weights drawn from
     that seed, as ``train.py`` draws them) and train it for ``max_epochs`` (stopping after
@@ -134,7 +135,10 @@ def fit_in_memory(
     ``monitor`` is None (no validation runs).
     ``verbose`` prints one line per epoch to stdout; otherwise nothing is printed. A
     ``KeyboardInterrupt`` reaches the caller as itself (Lightning turns it into ``SystemExit``).
-    Fits in threads of one process run one at a time (the random generators are shared)."""
+    Fits in threads of one process run one at a time (the random generators are shared).
+    ``threads``: torch's intra-op threads during the fit (None: as the process has them);
+    small per-document models on a shared CPU train several times faster on one than on two
+    that wait for each other (benchmarks/results/doors.md)."""
     keep = None
     history = EpochHistory()
     chosen: list[pl.Callback] = [history, *callbacks]
@@ -148,6 +152,8 @@ def fit_in_memory(
     with _ONE_FIT_AT_A_TIME, caller_state_kept(), lightning_banners_hidden():
         for message in NOISY_WARNINGS:  # within caller_state_kept's catch_warnings
             warnings.filterwarnings("ignore", message=message)
+        if threads is not None:
+            torch.set_num_threads(threads)
         pl.seed_everything(seed, workers=True, verbose=False)
         module = build_module()
         trainer = pl.Trainer(
@@ -186,9 +192,9 @@ def _print_line(line: str) -> None:
 
 @contextlib.contextmanager
 def caller_state_kept() -> Iterator[None]:
-    """Random generators (Python, NumPy, torch), torch's determinism flags, the warning
-    filters, the environment variables Lightning sets and the SIGINT handler, as they were
-    before."""
+    """Random generators (Python, NumPy, torch), torch's determinism flags and thread count,
+    the warning filters, the environment variables Lightning sets and the SIGINT handler, as
+    they were before."""
     python_state, numpy_state = random.getstate(), np.random.get_state()
     flags = (
         torch.are_deterministic_algorithms_enabled(),
@@ -196,6 +202,7 @@ def caller_state_kept() -> Iterator[None]:
         torch.utils.deterministic.fill_uninitialized_memory,  # type: ignore[attr-defined]
         torch.backends.cudnn.deterministic,
         torch.backends.cudnn.benchmark,
+        torch.get_num_threads(),
     )
     environment = {name: os.environ.get(name) for name in _ENVIRONMENT}
     in_main_thread = threading.current_thread() is threading.main_thread()
@@ -209,6 +216,7 @@ def caller_state_kept() -> Iterator[None]:
         torch.use_deterministic_algorithms(flags[0], warn_only=flags[1])
         torch.utils.deterministic.fill_uninitialized_memory = flags[2]  # type: ignore[attr-defined]
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = flags[3], flags[4]
+        torch.set_num_threads(flags[5])
         for name, value in environment.items():
             if value is None:
                 os.environ.pop(name, None)

@@ -3,7 +3,9 @@ LETOR-exact metrics and a Lightning + Hydra harness.
 
 The installed packages are ``differank.losses`` (the objectives; torch only),
 ``differank.rankers`` (scorers, solvers, metrics, the Lightning layer and the run layer) and
-``differank.datamodules`` (reading and batching LETOR data).
+``differank.datamodules`` (reading and batching LETOR data). ``differank.run(OVERRIDES)`` does
+what the ``differank OVERRIDES`` command does, ``differank.compose(OVERRIDES, run_dir=...)``
+gives the config it runs (docs/running.md#from-python).
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # what type checkers see; at run time both load only when asked for (below)
+if TYPE_CHECKING:  # what type checkers see; at run time these load only when asked for (below)
     from differank.rankers.checkpoints import Scorer
     from differank.rankers.run.estimator import Ranker as Ranker
+    from differank.rankers.run.runs import compose_config as compose  # noqa: F401  (re-exported)
+    from differank.rankers.run.runs import run as run
 
 __version__ = "0.2.0"  # also CITATION.cff's version (tests/test_citation.py)
 
@@ -28,13 +32,21 @@ def load_ranker(path: str | os.PathLike[str]) -> Scorer:
     return load(os.fspath(path))
 
 
-if not TYPE_CHECKING:  # type checkers see Ranker's import above, and no other lazy name
+if not TYPE_CHECKING:  # type checkers see the imports above, and no other lazy name
 
-    def __getattr__(name: str) -> type[Ranker]:
-        # differank.Ranker loads the run layer (Lightning, Hydra) only when it is asked for, so
-        # `import differank` stays light
+    def __getattr__(name: str):
+        # differank.Ranker, compose and run load the run layer (Lightning, Hydra) only when they
+        # are asked for, so `import differank` stays light
         if name == "Ranker":
             from differank.rankers.run.estimator import Ranker
 
             return Ranker
+        if name == "compose":
+            from differank.rankers.run.runs import compose_config
+
+            return compose_config
+        if name == "run":
+            from differank.rankers.run.runs import run
+
+            return run
         raise AttributeError(f"module 'differank' has no attribute {name!r}")

@@ -180,7 +180,7 @@ def folds(draw) -> dict[str, bytes]:
 def train_on(files: dict[str, bytes], directory: Path) -> str:
     """``train`` in-process; "refused" (a data error before any training step) or "trained"."""
     from differank.rankers.training.module import RankingModule
-    from train import compose_run, train
+    from tests.conftest import run_config
 
     root = directory / "data"
     (root / "Fold1").mkdir(parents=True)
@@ -203,7 +203,7 @@ def train_on(files: dict[str, bytes], directory: Path) -> str:
         "logger=csv",
     ]
     try:
-        train(compose_run(overrides, directory / "run"), directory / "run")
+        run_config(overrides, directory / "run")
     except ValueError as error:
         assert not steps, f"failed after {len(steps)} training steps: {error}"
         return "refused"
@@ -246,7 +246,7 @@ def test_train_never_fails_after_its_first_step_because_of_data(files):
 
 
 def test_max_epochs_zero_is_refused_before_anything_runs(tmp_path):
-    from train import compose_run, train
+    from tests.conftest import run_config
 
     overrides = [
         "data.n_train_queries=10",
@@ -256,5 +256,5 @@ def test_max_epochs_zero_is_refused_before_anything_runs(tmp_path):
         "logger=csv",
     ]
     with pytest.raises(ValueError, match="trainer.max_epochs=0 trains nothing"):
-        train(compose_run(overrides, tmp_path / "run"), tmp_path / "run")
+        run_config(overrides, tmp_path / "run")
     assert not (tmp_path / "run" / "test_metrics.json").exists()

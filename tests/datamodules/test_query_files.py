@@ -302,11 +302,12 @@ def test_reproduce_runs_query_file_data_by_one_option(source, tmp_path):
 def test_train_one_epoch_on_the_lightgbm_rank_example(train_config, tmp_path, monkeypatch):
     from hydra.utils import instantiate
 
-    from train import train
+    from tests.conftest import run_config
 
     monkeypatch.setenv("LETOR_DIR", str(LIGHTGBM_RANK.parent))
-    cfg = train_config(["data=lightgbm_rank", "data.fold=1", "trainer.max_epochs=1"])
-    train(cfg, tmp_path / "run")
+    overrides = ["data=lightgbm_rank", "data.fold=1", "trainer.max_epochs=1"]
+    cfg = train_config(overrides)
+    run_config(overrides, tmp_path / "run")
     rows = (tmp_path / "run" / "predictions" / "test.txt").read_text().splitlines()
     datamodule = instantiate(cfg.data)
     assert len(rows) == datamodule.num_rows("test")

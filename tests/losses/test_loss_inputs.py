@@ -4,14 +4,12 @@ half precision) is checked for every loss by tests/losses/test_loss_contract.py.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
 from differank.losses import structured_hinge_loss
 from differank.losses.inputs import compute_dtype, finite_label_mask, may_read_values
-from tests.conftest import LOSS_RUNS
+from tests.conftest import LOSS_RUNS, run_config
 
 
 def test_helpers():
@@ -36,17 +34,13 @@ def test_hinge_more_label_levels_than_num_levels_is_an_error_on_cpu():
 
 
 @pytest.mark.parametrize("objective", sorted(LOSS_RUNS))
-def test_every_objective_trains_with_bf16_mixed(train_config, objective):
-    from train import train
-
-    cfg = train_config(
-        [
-            *LOSS_RUNS[objective],
-            "++trainer.precision=bf16-mixed",
-            "trainer.fast_dev_run=true",
-            "logger=csv",
-            "callbacks=none",
-        ]
-    )
-    value = train(cfg, Path(cfg.hydra.runtime.output_dir))
+def test_every_objective_trains_with_bf16_mixed(objective, tmp_path):
+    overrides = [
+        *LOSS_RUNS[objective],
+        "++trainer.precision=bf16-mixed",
+        "trainer.fast_dev_run=true",
+        "logger=csv",
+        "callbacks=none",
+    ]
+    value = run_config(overrides, tmp_path / "run")
     assert 0.0 <= value <= 1.0

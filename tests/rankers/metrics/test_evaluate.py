@@ -388,10 +388,10 @@ def test_trec_convention_is_trec_evals(tiny):
 def test_mq2008_fold1_hinge_run_under_letor_and_trec_rules(tmp_path):
     """The issue's reference run: one ranking, NDCG@10 0.2029 by the LETOR script and 0.4652 by
     trec_eval's rules (docs/metrics.md#conventions)."""
-    from train import compose_run, train
+    from tests.conftest import run_config
 
     overrides = ["experiment=hinge_paper", "data.fold=1", f"data.root={MQ2008}"]  # docs/metrics.md
-    train(compose_run([*overrides, "logger=csv", "quiet=true"], tmp_path), tmp_path)
+    run_config([*overrides, "logger=csv", "quiet=true"], tmp_path)
     conventions = json.loads((tmp_path / "test_metrics.json").read_text())["conventions"]
     assert conventions["letor"]["ndcg@10"] == pytest.approx(0.2029, abs=5e-4)
     assert conventions["trec"]["ndcg@10"] == pytest.approx(0.4652, abs=5e-4)

@@ -9,10 +9,11 @@ import json
 import pytest
 import torch
 
+import differank
 from differank.datamodules.clicks.click_log import read_click_log
 from differank.rankers.run.production import sampled_queries
-from tests.conftest import TINY_DATA
-from train import compose_run, run_training, train
+from differank.rankers.run.runs import compose_config
+from tests.conftest import TINY_DATA, run_config
 
 RUN = [*TINY_DATA, "trainer.max_epochs=1", "logger=csv", "quiet=true"]
 
@@ -29,50 +30,53 @@ def weights(run_dir):
 
 def test_a_simulated_log_trains_the_model_the_online_simulation_trains(tmp_path):
     seed = ["seed=3", "data.bucket_by_length=false"]
-    online = run_training([*RUN, *seed, *clicks("pbm"), "clicks.eta=2"], tmp_path / "online")
+    online = differank.run(
+        [*RUN, *seed, *clicks("pbm"), "clicks.eta=2"], output_dir=tmp_path / "online"
+    )
     log = tmp_path / "clicks.npz"
     simulate = [*RUN, *seed, *clicks("pbm"), "clicks.eta=2", "task=simulate", f"clicks.log={log}"]
-    train(compose_run(simulate, tmp_path / "simulate"), tmp_path / "simulate")
+    run_config(simulate, tmp_path / "simulate")
     inode = log.stat().st_ino
     written = read_click_log(log)
     assert written.propensity is not None and written.click.any()
     assert written.train_qids_sha256 and written.train_files_sha256  # the data it belongs to
-    first, again = log.read_bytes(), tmp_path / "again"
-    train(compose_run([*simulate, "clicks.overwrite=true"], again), again)
+    first = log.read_bytes()
+    run_config([*simulate, "clicks.overwrite=true"], tmp_path / "again")
     assert log.read_bytes() == first and log.stat().st_ino != inode  # replaced, when asked
-    offline = run_training([*RUN, *seed, "clicks=log", f"clicks.log={log}"], tmp_path / "offline")
-    assert online == offline
-    for key, value in weights(tmp_path / "online").items():
-        assert torch.equal(value, weights(tmp_path / "offline")[key]), key
-    other = run_training([*RUN, "seed=4", *clicks("pbm"), "clicks.eta=2"], tmp_path / "other")
-    assert other != online  # another seed: other sessions, another model
+    logged = [*RUN, *seed, "clicks=log", f"clicks.log={log}"]
+    offline = differank.run(logged, output_dir=tmp_path / "off")
+    assert offline.best_validation == online.best_validation
+    assert offline.test_metrics == online.test_metrics
+    for key, value in weights(online.run_dir).items():
+        assert torch.equal(value, weights(offline.run_dir)[key]), key
+    reseeded = [*RUN, "seed=4", *clicks("pbm"), "clicks.eta=2"]
+    other = differank.run(reseeded, output_dir=tmp_path / "other")
+    assert other.test_metrics != online.test_metrics  # another seed: other sessions, another model
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["cascade", "dcm", "ubm", "trust"])
 def test_every_click_model_trains_and_is_tested_on_the_true_labels(tmp_path, model):
-    metrics = run_training([*RUN, *clicks(model)], tmp_path)
+    metrics = differank.run([*RUN, *clicks(model)], output_dir=tmp_path).test_metrics
     assert 0 < metrics["map"] <= 1
 
 
 @pytest.mark.slow
 def test_a_click_run_checkpoint_is_tested_like_any_other(tmp_path):
-    fitted = run_training([*RUN, *clicks("pbm")], tmp_path / "fit")
+    fitted = differank.run([*RUN, *clicks("pbm")], output_dir=tmp_path / "fit").test_metrics
     checkpoint = tmp_path / "fit" / "checkpoints" / "best.ckpt"
-    cfg = compose_run(
+    run_config(
         [*TINY_DATA, "task=test", f"ckpt_path={checkpoint}", "quiet=true"], tmp_path / "test"
     )
-    train(cfg, tmp_path / "test")
     tested = json.loads((tmp_path / "test" / "test_metrics.json").read_text())
     assert tested["map"] == fitted["map"]
 
 
 def test_offline_without_a_log_and_simulate_without_a_model_are_refused(tmp_path):
     with pytest.raises(ValueError, match="clicks.log=PATH"):
-        run_training([*RUN, *clicks("pbm"), "clicks.mode=offline"], tmp_path / "a")
-    cfg = compose_run([*RUN, "task=simulate"], tmp_path / "b")
+        differank.run([*RUN, *clicks("pbm"), "clicks.mode=offline"], output_dir=tmp_path / "a")
     with pytest.raises(ValueError, match="task=simulate needs a click model"):
-        train(cfg, tmp_path / "b")
+        run_config([*RUN, "task=simulate"], tmp_path / "b")
 
 
 def test_the_production_sample_is_the_asked_share_and_at_least_one_query():
@@ -87,8 +91,7 @@ def test_whole_or_absent_simulate_refuses_an_existing_log_unless_overwrite(tmp_p
     log = tmp_path / "clicks.npz"
     log.write_text("the user's file")
     simulate = [*RUN, *clicks("pbm"), "task=simulate", f"clicks.log={log}"]
-    cfg = compose_run(simulate, tmp_path / "refused")
     with pytest.raises(FileExistsError, match=rf"{log} exists: .* set clicks.overwrite=true"):
-        train(cfg, tmp_path / "refused")
+        run_config(simulate, tmp_path / "refused")
     assert log.read_text() == "the user's file"
-    assert compose_run(simulate, tmp_path / "default").clicks.overwrite is False
+    assert compose_config(simulate, run_dir=tmp_path / "default").clicks.overwrite is False

@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
+import differank
 from differank.rankers.checkpoints import load_checkpoint
 from differank.rankers.run.curves import plot_run_curves, run_curves
 from tests.conftest import ROOT, TINY_DATA
-from train import run_training
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -18,7 +18,9 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("curves-run")
-    run_training([*TINY_DATA, "trainer.max_epochs=4", "logger=csv", "quiet=true"], run_dir)
+    differank.run(
+        [*TINY_DATA, "trainer.max_epochs=4", "logger=csv", "quiet=true"], output_dir=run_dir
+    )
     return run_dir
 
 

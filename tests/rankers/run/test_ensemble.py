@@ -13,7 +13,7 @@ from differank.rankers.run.ensemble import EnsembleRanker, load_member, main
 from differank.rankers.run.export import export_torchscript
 from differank.rankers.scorers.linear import LinearRanker
 from differank.rankers.scorers.transformer import TransformerRanker
-from train import compose_run, train
+from tests.conftest import run_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 
@@ -69,7 +69,7 @@ def runs(tmp_path_factory):
     folders = []
     for n, extra in enumerate([["seed=0"], ["seed=1", "data.seed=0", "data.transform=log1p"]]):
         run = tmp_path_factory.mktemp(f"member{n}")
-        train(compose_run([*TINY, *extra], run), run)
+        run_config([*TINY, *extra], run)
         folders.append(run)
     return folders
 

@@ -17,7 +17,8 @@ import differank
 from differank.datamodules import read_letor
 from differank.datamodules.reader import write_letor
 from differank.rankers.run.estimator import NotFittedError, Ranker
-from train import compose_run, run_training, train
+from differank.rankers.run.runs import compose_config
+from tests.conftest import run_config
 
 
 def synthetic_fold(root, seed=0, n_features=5):
@@ -48,14 +49,15 @@ def fitted(tmp_path_factory):
 def test_it_predicts_what_train_py_predicts_with_its_overrides(fitted, tmp_path):
     ranker, root = fitted
     run = tmp_path / "run"
-    metrics = run_training(
-        [*ranker.overrides_, "data=letor", f"data.root={root}", "quiet=true"], run
+    result = differank.run(
+        [*ranker.overrides_, "data=letor", f"data.root={root}", "quiet=true"], output_dir=run
     )
     expected = np.loadtxt(run / "predictions" / "test.txt")
     X, y, qid = read_letor(root / "Fold1" / "test.txt")
     np.testing.assert_allclose(ranker.predict(X), expected, rtol=0, atol=1e-6)
-    assert ranker.score(X, y, qid=qid) == pytest.approx(metrics["ndcg@10"], abs=1e-6)
-    assert ranker.best_score_ == pytest.approx(metrics["val/ndcg@10"], abs=1e-6)
+    assert ranker.score(X, y, qid=qid) == pytest.approx(result.test_metrics["ndcg@10"], abs=1e-6)
+    assert result.monitor == "val/ndcg@10"
+    assert ranker.best_score_ == pytest.approx(result.best_validation, abs=1e-6)
 
 
 def test_save_load_ranker_and_task_predict_give_the_same_scores(fitted, tmp_path):
@@ -65,7 +67,7 @@ def test_save_load_ranker_and_task_predict_give_the_same_scores(fitted, tmp_path
     ours = ranker.predict(X, qid=qid)
     out = tmp_path / "predict"
     overrides = ["task=predict", f"ckpt_path={path}", f"files=[{root / 'Fold1' / 'test.txt'}]"]
-    train(compose_run([*overrides, "logger=csv", "quiet=true"], out), out)
+    run_config([*overrides, "logger=csv", "quiet=true"], out)
     np.testing.assert_allclose(
         np.loadtxt(out / "predictions" / "test.txt"), ours, rtol=0, atol=1e-6
     )
@@ -123,7 +125,7 @@ def test_overrides_name_the_configs_options():
     assert expected <= set(overrides)
     assert {"model.l2=0.001", "model.optimizer.lr=0.5", "model.optimizer.lr=0.01"} <= set(overrides)
     assert "callbacks.early_stopping.patience=3" in overrides
-    config = compose_run([*overrides, "data=letor", "data.root=x"], ".")
+    config = compose_config([*overrides, "data=letor", "data.root=x"], run_dir=".")
     assert config.model.ranker.hidden == [16, 8] and config.loss.sigma == 0.5
     assert config.model.optimizer.lr == 0.01  # lr= comes after model_options: it wins
 

@@ -13,8 +13,7 @@ from differank.rankers.checkpoints import Scorer
 from differank.rankers.run.export import export_onnx, export_torchscript, write_trec_run
 from differank.rankers.scorers.conerank import ConeRank
 from differank.rankers.scorers.mlp import MLPRanker
-from tests.conftest import TINY_RUN
-from train import compose_run, train
+from tests.conftest import TINY_RUN, run_config
 
 # TorchScript is deprecated upstream but is what was asked for; its loader warns on every load.
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
@@ -26,7 +25,7 @@ SIZES = dict(n_train_queries=40, n_val_queries=20, n_test_queries=20)
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("trained")
-    train(compose_run(TINY, run_dir), run_dir)
+    run_config(TINY, run_dir)
     return run_dir
 
 
@@ -34,7 +33,7 @@ def trained(tmp_path_factory):
 def exported(trained, tmp_path_factory):
     out = tmp_path_factory.mktemp("exported")
     best = trained / "checkpoints" / "best.ckpt"
-    train(compose_run([*TINY, "task=export", f"ckpt_path={best}"], out), out)
+    run_config([*TINY, "task=export", f"ckpt_path={best}"], out)
     return out / "export"
 
 
@@ -133,7 +132,7 @@ def test_trec_run_groups_queries_ranks_by_score_and_keeps_six_fields(tmp_path):
 def predicted(trained, tmp_path_factory):
     out = tmp_path_factory.mktemp("predicted")
     best = trained / "checkpoints" / "best.ckpt"
-    train(compose_run([*TINY, "task=predict", f"ckpt_path={best}"], out), out)
+    run_config([*TINY, "task=predict", f"ckpt_path={best}"], out)
     return out
 
 

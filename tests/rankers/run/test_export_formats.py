@@ -16,8 +16,7 @@ from differank.rankers.run.tasks import export
 from differank.rankers.run.triton import triton_config, triton_files
 from differank.rankers.scorers.linear import LinearRanker
 from differank.rankers.scorers.transformer import TransformerRanker
-from tests.conftest import TINY_RUN
-from train import compose_run, train
+from tests.conftest import TINY_RUN, run_config
 
 onnx = pytest.importorskip("onnx", reason="onnx is the optional export extra")
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the optional export extra")
@@ -29,7 +28,7 @@ TRITON_TYPES = {onnx.TensorProto.FLOAT: "TYPE_FP32", onnx.TensorProto.BOOL: "TYP
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("trained")
-    train(compose_run(TINY_RUN, run_dir), run_dir)
+    run_config(TINY_RUN, run_dir)
     return run_dir / "checkpoints" / "best.ckpt"
 
 
@@ -52,7 +51,7 @@ def config_signature(text: str) -> list[tuple[str, str, list]]:
 
 def test_solr_and_triton_from_the_command_line(checkpoint, tmp_path):
     overrides = ["task=export", f"ckpt_path={checkpoint}", "export.format=[solr,triton]"]
-    train(compose_run([*TINY_RUN, *overrides, "export.name=tiny"], tmp_path), tmp_path)
+    run_config([*TINY_RUN, *overrides, "export.name=tiny"], tmp_path)
     files = (tmp_path / "export").rglob("*")
     written = sorted(p.relative_to(tmp_path / "export").as_posix() for p in files if p.is_file())
     weights = ["triton/tiny/1/model.onnx.data"]  # when the exporter keeps weights apart

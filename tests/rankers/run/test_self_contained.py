@@ -17,8 +17,7 @@ from differank.datamodules.reader import read_letor_file
 from differank.datamodules.synthetic import SyntheticLetorDataModule
 from differank.rankers.metrics.evaluate import evaluate_files
 from differank.rankers.training.module import RankingModule
-from tests.conftest import ROOT
-from train import compose_run, train
+from tests.conftest import run_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 SIZES = dict(n_train_queries=40, n_val_queries=20, n_test_queries=20)
@@ -45,7 +44,7 @@ def alone(tmp_path_factory):
         "trainer.max_epochs=2",
         "logger=csv",
     ]
-    train(compose_run(overrides, run), run)
+    run_config(overrides, run)
     standalone = base / "standalone.txt"
     shutil.copy(data / "Fold1" / "test.txt", standalone)
     shutil.rmtree(data)
@@ -60,7 +59,7 @@ def test_predict_and_test_score_a_standalone_file_from_the_checkpoint_alone(alon
     for task in ("predict", "test"):
         out = tmp_path / task
         overrides = [f"task={task}", f"ckpt_path={checkpoint}", f"files=[{standalone}]"]
-        train(compose_run([*overrides, "logger=csv"], out), out)
+        run_config([*overrides, "logger=csv"], out)
         torch.testing.assert_close(scores_of(out), scores_of(run), rtol=0, atol=1e-6)
         sources = (out / "predictions" / "test.sources").read_text().split()
         assert sources == [str(standalone)] and (out / "predictions" / "test.run").is_file()
@@ -89,7 +88,7 @@ def test_load_ranker_scores_raw_rows_like_the_run(alone):
 
 def test_export_needs_no_data_and_scores_like_the_run(alone, tmp_path):
     run, checkpoint, standalone = alone
-    train(compose_run(["task=export", f"ckpt_path={checkpoint}"], tmp_path), tmp_path)
+    run_config(["task=export", f"ckpt_path={checkpoint}"], tmp_path)
     scripted = torch.jit.load(str(tmp_path / "export" / "scorer.pt"))
     features = torch.from_numpy(np.array(read_letor_file(standalone).features))[None]
     torch.testing.assert_close(scripted(features)[0].double(), scores_of(run), rtol=0, atol=1e-6)
@@ -107,7 +106,7 @@ def test_lightning_load_from_checkpoint_rebuilds_the_module(alone):
 def test_the_fold_layout_is_not_needed_but_its_absence_names_files(alone, tmp_path):
     _, checkpoint, _ = alone
     with pytest.raises(FileNotFoundError, match=r"files=\[a.txt"):
-        train(compose_run(["task=test", f"ckpt_path={checkpoint}"], tmp_path), tmp_path)
+        run_config(["task=test", f"ckpt_path={checkpoint}"], tmp_path)
 
 
 def test_an_old_checkpoint_says_what_it_lacks(alone, tmp_path):
@@ -120,7 +119,7 @@ def test_an_old_checkpoint_says_what_it_lacks(alone, tmp_path):
         differank.load_ranker(tmp_path / "old.ckpt")
     overrides = ["task=predict", f"ckpt_path={tmp_path / 'old.ckpt'}", f"files=[{standalone}]"]
     with pytest.raises(ValueError, match=message):
-        train(compose_run(overrides, tmp_path / "run"), tmp_path / "run")
+        run_config(overrides, tmp_path / "run")
 
 
 def test_a_feature_beyond_the_models_is_refused(alone, tmp_path):
@@ -129,7 +128,7 @@ def test_a_feature_beyond_the_models_is_refused(alone, tmp_path):
     wide.write_text("1 qid:1 1:0.5 47:2.0\n0 qid:1 1:0.1\n")
     overrides = ["task=predict", f"ckpt_path={checkpoint}", f"files=[{wide}]"]
     with pytest.raises(ValueError, match="wide.txt: feature 47 is beyond the 46 features"):
-        train(compose_run(overrides, tmp_path / "run"), tmp_path / "run")
+        run_config(overrides, tmp_path / "run")
 
 
 # What a command that trains nothing loads (issue #40): scoring files with a checkpoint and
@@ -139,10 +138,12 @@ TRAINING_ONLY = ("pytorch_lightning", "lightning_fabric", "torchmetrics")
 
 
 def imported(overrides, run_dir) -> set[str]:
-    """The top-level packages ``python train.py OVERRIDES`` imports (``-X importtime``)."""
-    command = [sys.executable, "-X", "importtime", "train.py", f"hydra.run.dir={run_dir}"]
+    """The top-level packages ``differank OVERRIDES`` imports (``python -X importtime -m
+    differank``), run from ``run_dir``'s parent."""
+    command = [sys.executable, "-X", "importtime", "-m", "differank", f"hydra.run.dir={run_dir}"]
     command += overrides
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    cwd = run_dir.parent
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     lines = [line for line in result.stderr.splitlines() if line.startswith("import time:")]
     return {line.rsplit("|", 1)[1].strip().split(".")[0] for line in lines}

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+import differank
 from differank.rankers.run import teacher_scores as cached
 from differank.rankers.run.teachers import (
     CheckpointTeacher,
@@ -21,7 +22,6 @@ from differank.rankers.run.teachers import (
     Teacher,
 )
 from tests.conftest import TINY_DATA
-from train import run_training
 
 TINY = [*TINY_DATA, "trainer.max_epochs=1", "logger=csv", "callbacks=none"]
 
@@ -30,23 +30,23 @@ TINY = [*TINY_DATA, "trainer.max_epochs=1", "logger=csv", "callbacks=none"]
 def teacher_run(tmp_path_factory) -> Path:
     """A small MLP run: the teacher (and, for self-distillation, the same model)."""
     run_dir = tmp_path_factory.mktemp("teacher")
-    run_training(["model=mlp", "loss=listnet", *TINY, "callbacks=default"], run_dir)
+    differank.run(["model=mlp", "loss=listnet", *TINY, "callbacks=default"], output_dir=run_dir)
     return run_dir / "checkpoints" / "best.ckpt"
 
 
 def raw_data():
     from hydra.utils import instantiate
 
-    from tests.conftest import compose_run
+    from differank.rankers.run.runs import compose_config
 
-    cfg = compose_run(TINY_DATA, Path("unused"))
+    cfg = compose_config(TINY_DATA, run_dir=Path("unused"))
     return instantiate(cfg.data, normalization="none", transform="none")
 
 
 def test_self_distillation_trains_from_a_previous_run(teacher_run, tmp_path):
     overrides = ["experiment=distill/self_distill", f"teacher.path={teacher_run}", *TINY]
-    metrics = run_training([*overrides, "callbacks=default"], tmp_path / "student")
-    assert 0.0 <= metrics["map"] <= 1.0
+    student = differank.run([*overrides, "callbacks=default"], output_dir=tmp_path / "student")
+    assert 0.0 <= student.test_metrics["map"] <= 1.0
     record = torch.load(tmp_path / "student" / "checkpoints" / "best.ckpt", weights_only=True)
     assert record["differank"]["config"]["loss"]["label_loss"]["_target_"].endswith("ListNetLoss")
 
@@ -81,7 +81,7 @@ def test_the_loss_sees_the_teachers_score_of_each_document(teacher_run, tmp_path
 
     monkeypatch.setattr(EvaluationModule, "batch_loss", keep_rows)
     overrides = ["model=mlp", "loss=distill", "teacher=checkpoint", f"teacher.path={teacher_run}"]
-    run_training([*overrides, *TINY], tmp_path / "student")
+    differank.run([*overrides, *TINY], output_dir=tmp_path / "student")
     assert {training for training, _, _ in seen} == {True, False}
     for (training, teacher, mask), doc_index in zip(seen, rows, strict=True):
         table = want["train" if training else "val"]
@@ -136,7 +136,7 @@ def test_a_missing_teacher_file_and_a_missing_teacher_are_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="teacher file .* does not exist"):
         CheckpointTeacher(tmp_path / "none.ckpt")
     with pytest.raises(ValueError, match="distils a teacher, and this run has none"):
-        run_training(["model=linear", "loss=distill", *TINY], tmp_path / "run")
+        differank.run(["model=linear", "loss=distill", *TINY], output_dir=tmp_path / "run")
 
 
 def test_a_broken_ensemble_json_is_named(tmp_path):
@@ -159,14 +159,13 @@ def test_a_gradient_boosting_teacher_without_its_library_names_the_extra(tmp_pat
 def test_a_restored_student_never_reads_its_teacher(teacher_run, tmp_path):
     """The teacher path in a checkpoint is data: task=test from the student's checkpoint works
     with the teacher file gone (and a path the file names is never opened)."""
-    from train import compose_run, train
+    from tests.conftest import run_config
 
     copy = tmp_path / "teacher.ckpt"
     copy.write_bytes(Path(teacher_run).read_bytes())
     overrides = ["model=linear", "loss=distill", "teacher=checkpoint", f"teacher.path={copy}"]
-    run_training([*overrides, *TINY, "callbacks=default"], tmp_path / "student")
+    differank.run([*overrides, *TINY, "callbacks=default"], output_dir=tmp_path / "student")
     copy.unlink()
     best = tmp_path / "student" / "checkpoints" / "best.ckpt"
-    cfg = compose_run(["task=test", f"ckpt_path={best}", "logger=csv"], tmp_path / "restored")
-    train(cfg, tmp_path / "restored")
+    run_config(["task=test", f"ckpt_path={best}", "logger=csv"], tmp_path / "restored")
     assert (tmp_path / "restored" / "test_metrics.json").is_file()

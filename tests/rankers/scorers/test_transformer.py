@@ -2,8 +2,6 @@
 on degenerate lists, the mask reaching it through the modules, feature noise, ConeRank with a
 list encoder, export with a fitted feature transform, and a short training run."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -215,28 +213,23 @@ def test_onnx_export_takes_features_and_mask(tmp_path):
         )
 
 
-def test_a_short_run_trains_and_its_exported_scorer_scores_raw_features_like_the_run(
-    train_config, tmp_path
-):
+def test_a_short_run_trains_and_its_exported_scorer_scores_raw_features_like_the_run(tmp_path):
     from differank.datamodules.synthetic import SyntheticLetorDataModule
-    from train import train
+    from tests.conftest import run_config
 
     sizes = dict(n_train_queries=30, n_val_queries=10, n_test_queries=10)
-    cfg = train_config(
-        [f"data.{k}={v}" for k, v in sizes.items()]
-        + [
-            "model=transformer",
-            "model.ranker.d_model=16",
-            "model.ranker.dim_feedforward=32",
-            "model.augment_noise=0.1",
-            "data.transform=gaussrank",
-            "loss=listnet",
-            "trainer.max_epochs=1",
-            "logger=csv",
-        ]
-    )
-    run = Path(cfg.hydra.runtime.output_dir)
-    value = train(cfg, run)
+    overrides = [f"data.{k}={v}" for k, v in sizes.items()] + [
+        "model=transformer",
+        "model.ranker.d_model=16",
+        "model.ranker.dim_feedforward=32",
+        "model.augment_noise=0.1",
+        "data.transform=gaussrank",
+        "loss=listnet",
+        "trainer.max_epochs=1",
+        "logger=csv",
+    ]
+    run = tmp_path / "run"
+    value = run_config(overrides, run)
     assert 0.0 <= value <= 1.0 and (run / "checkpoints" / "best.ckpt").is_file()
     checkpoint = torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)
     assert checkpoint["differank"]["data"]["transform"].startswith("gaussrank (tables sha256")

@@ -28,9 +28,9 @@ from differank.rankers.checkpoints import (
     restored_config,
     run_record,
 )
+from differank.rankers.run.runs import compose_config
 from differank.rankers.training.module import RankingModule
-from tests.conftest import ROOT, TINY_RUN
-from train import compose_run, train
+from tests.conftest import ROOT, TINY_RUN, run_config
 
 LETOR_DATA = "differank.datamodules.letor.LetorDataModule"
 MLP = "differank.rankers.scorers.mlp.MLPRanker"
@@ -45,7 +45,7 @@ def clean(tmp_path_factory):
     """A well-formed checkpoint of a linear model on the synthetic data, z-scored and
     GaussRank-transformed (no training needed)."""
     folder = tmp_path_factory.mktemp("clean")
-    cfg = compose_run(TINY_RUN, folder)
+    cfg = compose_config(TINY_RUN, run_dir=folder)
     module = instantiate(cfg.model, loss=instantiate(cfg.loss), n_features=46)
     knots = torch.linspace(0.0, 1.0, 4).repeat(46, 1)
     serving = {
@@ -156,10 +156,12 @@ def test_restored_workers_and_batch_sizes_are_the_defaults(clean, eval_batch_siz
         },
     )
     overrides = ["task=test", "ckpt_path=x.ckpt"]
-    data = restore_run(compose_run(overrides, ROOT), checkpoint, "x.ckpt", overrides).data
+    data = restore_run(
+        compose_config(overrides, run_dir=ROOT), checkpoint, "x.ckpt", overrides
+    ).data
     assert (data.num_workers, data.eval_batch_size, data.batch_size) == (0, 128, 32)
     mine = [*overrides, "data.num_workers=1"]
-    restored = restore_run(compose_run(mine, ROOT), checkpoint, "x.ckpt", mine)
+    restored = restore_run(compose_config(mine, run_dir=ROOT), checkpoint, "x.ckpt", mine)
     assert restored.data.num_workers == 1  # the user's
 
 
@@ -167,7 +169,7 @@ def test_restore_run_applies_the_overrides_it_is_given(clean):
     """The command line reaches ``restore_run`` as an argument, never from Hydra's global
     state: a key that ``cfg`` was composed with but that is not passed is the checkpoint's."""
     overrides = ["task=test", "ckpt_path=x.ckpt", "data.n_test_queries=7"]
-    cfg = compose_run(overrides, ROOT)
+    cfg = compose_config(overrides, run_dir=ROOT)
     assert restore_run(cfg, clean, "x.ckpt", overrides).data.n_test_queries == 7
     saved = clean["differank"]["config"]["data"]["n_test_queries"]
     assert restore_run(cfg, clean, "x.ckpt", overrides[:2]).data.n_test_queries == saved != 7
@@ -177,7 +179,7 @@ def test_machine_arguments_of_another_data_class_are_not_taken(clean):
     """This command's data node names another class (an experiment's data=mq2008): its root
     is not where the checkpoint's synthetic module may write its fold."""
     overrides = ["task=test", "ckpt_path=x.ckpt"]
-    cfg = compose_run(overrides, ROOT)
+    cfg = compose_config(overrides, run_dir=ROOT)
     with open_dict(cfg):
         cfg.data = {"_target_": LETOR_DATA, "root": "/users/MQ2008", "num_workers": 3}
     data = restore_run(cfg, clean, "x.ckpt", overrides).data
@@ -188,10 +190,7 @@ def test_task_test_never_writes_where_the_checkpoint_says(clean, tmp_path):
     evil = tmp_path / "evil"
     checkpoint = changed(clean, **{"differank.config.data.cache_dir": str(evil)})
     path = saved(checkpoint, tmp_path)
-    train(
-        compose_run(["task=test", f"ckpt_path={path}", "logger=csv"], tmp_path / "run"),
-        tmp_path / "run",
-    )
+    run_config(["task=test", f"ckpt_path={path}", "logger=csv"], tmp_path / "run")
     assert not evil.exists()
     assert (tmp_path / "run" / "predictions" / "test.txt").is_file()
 
@@ -247,7 +246,7 @@ def test_synthetic_query_counts_have_a_ceiling(clean, tmp_path, monkeypatch):
     with pytest.raises(
         ValueError, match=r"tampered.ckpt.*n_train_queries must be .*at most 100000.*got 100000000"
     ):
-        train(compose_run(["task=test", f"ckpt_path={path}"], tmp_path / "run"), tmp_path / "run")
+        run_config(["task=test", f"ckpt_path={path}"], tmp_path / "run")
     assert not (cache / "synthetic").exists() or not list((cache / "synthetic").iterdir())
 
 
@@ -273,9 +272,8 @@ def test_non_finite_weights_are_refused(clean, tmp_path, value):
     with pytest.raises(ValueError, match=r"ranker\.linear\.weight.*\[0, 5\].*" + str(value)) as e:
         differank.load_ranker(path)
     assert str(path) in str(e.value)
-    cfg = compose_run(["task=test", f"ckpt_path={path}", "logger=csv"], tmp_path / "run")
     with pytest.raises(ValueError, match=r"ranker\.linear\.weight"):
-        train(cfg, tmp_path / "run")
+        run_config(["task=test", f"ckpt_path={path}", "logger=csv"], tmp_path / "run")
 
 
 def _std(value):
@@ -353,7 +351,7 @@ def test_resuming_from_a_truncated_checkpoint_names_the_file(clean, tmp_path):
     bad = tmp_path / "last.ckpt"
     bad.write_bytes(good[: len(good) // 2])
     with pytest.raises(CheckpointReadError) as error:
-        train(compose_run([*TINY_RUN, f"ckpt_path={bad}"], tmp_path / "run"), tmp_path / "run")
+        run_config([*TINY_RUN, f"ckpt_path={bad}"], tmp_path / "run")
     assert str(bad) in str(error.value) and "Errno" not in str(error.value)
 
 

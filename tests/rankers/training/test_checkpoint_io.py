@@ -9,9 +9,9 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
+from differank.rankers.run.runs import compose_config
 from differank.rankers.training import checkpoint_io
 from differank.rankers.training.checkpoint_io import AtomicCheckpointIO
-from train import compose_run
 
 
 def test_whole_or_absent_a_checkpoint_save_that_fails_midway_keeps_the_old_file(
@@ -44,6 +44,6 @@ def test_whole_or_absent_a_checkpoint_is_saved_with_the_umask_mode(tmp_path):
 
 @pytest.mark.parametrize("trainer", ["default", "ddp"])
 def test_whole_or_absent_every_configured_trainer_saves_checkpoints_atomically(trainer, tmp_path):
-    cfg = compose_run([f"trainer={trainer}", "trainer.accelerator=cpu"], tmp_path)
+    cfg = compose_config([f"trainer={trainer}", "trainer.accelerator=cpu"], run_dir=tmp_path)
     built = instantiate(cfg.trainer, logger=False, enable_progress_bar=False)
     assert isinstance(built.strategy.checkpoint_io, AtomicCheckpointIO)

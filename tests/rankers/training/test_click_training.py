@@ -17,11 +17,11 @@ from differank.rankers.checkpoints import (
     resolved,
     serving_scorer,
 )
+from differank.rankers.run.runs import compose_config
 from differank.rankers.run.trainer_tasks import build_run
 from differank.rankers.scorers.linear import LinearRanker
 from differank.rankers.training.module import RankingModule
 from tests.conftest import MQ2008, ROOT, TINY_RUN, requires_mq2008
-from train import compose_run
 
 F = 7
 
@@ -76,7 +76,7 @@ def test_a_click_batch_without_an_estimator_names_the_fix():
 
 
 def test_a_checkpoint_rebuilds_the_estimator_and_serves_the_ranker_alone(tmp_path):
-    cfg = compose_run(TINY_RUN, tmp_path)
+    cfg = compose_config(TINY_RUN, run_dir=tmp_path)
     config = resolved(cfg)
     config["loss"] = {"_target_": "differank.losses.softmax.SoftmaxLoss", "reduction": "mean"}
     config["ultr"] = {
@@ -143,11 +143,11 @@ def test_a_click_run_gets_its_estimator_and_naive_without_one(train_config):
 def test_the_issues_mq2008_click_command_trains_and_reports_true_label_metrics(tmp_path, ultr):
     """``python train.py clicks=pbm clicks.eta=2 ultr=ips data=mq2008 data.fold=1`` (2 epochs):
     the test metrics are measured on MQ2008's true labels."""
-    from train import run_training
+    import differank
 
     overrides = ["clicks=pbm", "clicks.eta=2", f"ultr={ultr}", "data=mq2008", "data.fold=1"]
     overrides += [f"data.root={MQ2008}", "trainer.max_epochs=2", "logger=csv", "quiet=true"]
-    metrics = run_training(overrides, tmp_path / ultr)
+    metrics = differank.run(overrides, output_dir=tmp_path / ultr).test_metrics
     assert 0.2 < metrics["map"] < 0.7 and 0.0 < metrics["ndcg@10"] <= 1.0
     checkpoint = torch.load(tmp_path / ultr / "checkpoints" / "best.ckpt", weights_only=True)
     assert checkpoint["differank"]["config"]["ultr"]["_target_"].endswith(

@@ -17,8 +17,7 @@ from differank.rankers.training.guards import (
     NonFiniteRunError,
     validation_signal_problem,
 )
-from tests.conftest import TINY_DATA, TINY_RUN
-from train import compose_run, train
+from tests.conftest import TINY_DATA, TINY_RUN, run_config
 
 
 def letor_fold(root, vali_labels):
@@ -34,8 +33,7 @@ def letor_fold(root, vali_labels):
 
 def run(tmp_path, overrides, data=TINY_DATA):
     settings = [*data, *TINY_RUN[len(TINY_DATA) :], "quiet=true", *overrides]
-    cfg = compose_run(settings, tmp_path / "run")
-    return train(cfg, tmp_path / "run")
+    return run_config(settings, tmp_path / "run")
 
 
 @pytest.mark.parametrize(

@@ -18,9 +18,9 @@ from differank.rankers.checkpoints import (
     resolved,
 )
 from differank.rankers.run.ensemble import main as ensemble_main
+from differank.rankers.run.runs import compose_config
 from differank.rankers.training.module import RankingModule
-from tests.conftest import ROOT, TINY_RUN
-from train import compose_run, train
+from tests.conftest import ROOT, TINY_RUN, run_config
 
 SENTINEL = "SENTINEL"  # replaced by a path in the test's folder
 VICTIM = "VICTIM"  # a file the attack would truncate
@@ -135,7 +135,7 @@ def substitute(node, paths):
 def clean_checkpoint(tmp_path_factory):
     """A well-formed checkpoint of a linear model on the synthetic data (no training needed)."""
     folder = tmp_path_factory.mktemp("clean")
-    cfg = compose_run(TINY_RUN, folder)
+    cfg = compose_config(TINY_RUN, run_dir=folder)
     module = instantiate(cfg.model, loss=instantiate(cfg.loss), n_features=46)
     serving = {"n_features": 46, "normalization": "none", "mean": None, "std": None}
     return {
@@ -185,7 +185,7 @@ def refused(error: str, named: str) -> None:
 def test_task_test_refuses_a_tampered_checkpoint(attack, tmp_path):
     path, sentinel, victim, named = attack
     with pytest.raises(UnsafeCheckpointError) as error:
-        train(compose_run(["task=test", f"ckpt_path={path}"], tmp_path / "run"), tmp_path / "run")
+        run_config(["task=test", f"ckpt_path={path}"], tmp_path / "run")
     refused(str(error.value), named)
     nothing_ran(sentinel, victim)
     assert not (tmp_path / "run" / "predictions").exists()
@@ -203,7 +203,7 @@ def test_every_task_refuses_a_tampered_checkpoint(name, task, clean_checkpoint, 
     if task == "files":
         overrides = ["task=test", f"ckpt_path={path}", f"files=[{victim}]", "logger=csv"]
     with pytest.raises(UnsafeCheckpointError) as error:
-        train(compose_run(overrides, tmp_path / "run"), tmp_path / "run")
+        run_config(overrides, tmp_path / "run")
     refused(str(error.value), named)
     nothing_ran(sentinel, victim)
     assert not (tmp_path / "run" / "predictions").exists()
@@ -283,7 +283,7 @@ def test_a_checkpoint_cannot_choose_where_data_is_written(clean_checkpoint, tmp_
     checkpoint["differank"]["config"]["data"]["root"] = str(users.parent)
     torch.save(checkpoint, tmp_path / "aimed.ckpt")
     overrides = ["task=predict", f"ckpt_path={tmp_path / 'aimed.ckpt'}", "logger=csv"]
-    train(compose_run(overrides, tmp_path / "run"), tmp_path / "run")
+    run_config(overrides, tmp_path / "run")
     assert all((users / name).read_text() == "keep me\n" for name in ("train.txt", "test.txt"))
     assert sorted(p.name for p in users.parent.iterdir()) == ["Fold1"]
     assert (tmp_path / "run" / "predictions" / "test.txt").is_file()
