@@ -137,7 +137,7 @@ def train_worker(overrides: list[str], run_dir: Path) -> dict:
     import pytorch_lightning as pl
 
     import differank.datamodules.letor as letor
-    import differank.rankers.run.tasks as tasks
+    import differank.rankers.run.trainer_tasks as tasks
     from differank.rankers.run.runs import compose_config
 
     phases: dict[str, float] = {}

@@ -217,7 +217,7 @@ def train_py_trainer(callbacks, run_dir: Path):
     """``make_trainer`` of ``train.py`` (conf/train.yaml's trainer, callbacks and loggers) with
     ``run_dir`` as the run directory."""
     from differank.rankers.run.runs import compose_config
-    from differank.rankers.run.tasks import make_trainer
+    from differank.rankers.run.trainer_tasks import make_trainer
 
     overrides = [
         "trainer.max_epochs=2",

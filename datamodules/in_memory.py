@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from differank.datamodules.letor import LetorDataModule, LetorSplit
+from differank.datamodules.letor import LetorDataModule
+from differank.datamodules.letor_split import LetorSplit
 from differank.datamodules.reader import FLOAT32_MAX, LetorFile
 
 SPLITS = ("train", "val", "test")

@@ -77,7 +77,6 @@ import hashlib
 import json
 import logging
 import numbers
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -86,8 +85,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from differank.datamodules import cache, folds, parquet, query_batches, query_files, transforms
+from differank.datamodules.letor_split import LetorSplit
 from differank.datamodules.normalization import (
     BLOCK_ROWS,
+    NORMALIZATIONS,
     apply_zscore,
     column_stats,
     query_minmax,
@@ -104,42 +105,10 @@ from differank.datamodules.split_tensors import QueryBatchDataset, SplitTensors,
 
 log = logging.getLogger(__name__)
 
-NORMALIZATIONS = ("none", "zscore", "query_minmax")
 FORMATS = ("letor", "query_files", "parquet")
 UNSEEN_FEATURES = ("error", "drop")
 # Bump when the cached split arrays' meaning changes.
 _SPLIT_CACHE_VERSION = 1
-
-
-@dataclass
-class LetorSplit:
-    """One split as read: rows in source order, and the query grouping.
-
-    ``features`` float32 [N, F] (normalised; memory-mapped from the cache), ``labels`` float32
-    [N], ``qids`` int64 [N]; query ``q`` has id ``query_ids[q]`` and rows ``query_rows[q]``
-    (int64, file order). ``queries`` are the indices of the queries served by the loaders
-    (all of them except for a training split with a drop policy). ``sources`` are the parsed
-    files; :attr:`docids` decodes their doc ids on demand.
-    """
-
-    name: str
-    files: list[Path]
-    features: np.ndarray
-    labels: np.ndarray
-    qids: np.ndarray
-    query_ids: np.ndarray
-    query_rows: list[np.ndarray]
-    queries: np.ndarray
-    sources: list[LetorFile]
-
-    @property
-    def num_rows(self) -> int:
-        return len(self.labels)
-
-    @property
-    def docids(self) -> np.ndarray:
-        """Doc id of every row (str [N])."""
-        return np.concatenate([source.docids for source in self.sources])
 
 
 def _check_int(name: str, value, minimum: int, maximum: int | None = None) -> int:

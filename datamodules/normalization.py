@@ -2,6 +2,7 @@
 
 Public API::
 
+    NORMALIZATIONS                            # the data modules' normalization options
     column_stats(features) -> (mean, std)     # float64 [F]; std 0 -> 1
     apply_zscore(features, mean, std)         # (x - mean) / std in place
     query_minmax(features, query_rows)        # LETOR QueryLevelNorm in place
@@ -14,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 BLOCK_ROWS = 65536  # rows per block when copying and normalising features
+NORMALIZATIONS = ("none", "zscore", "query_minmax")
 
 
 def column_stats(features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -21,8 +21,8 @@ from hydra.core.utils import JobRuntime
 from omegaconf import OmegaConf, open_dict
 
 import differank
+from differank.rankers.checkpoints import load_checkpoint
 from differank.rankers.run.runs import RunResult
-from differank.rankers.training.checkpoints import load_checkpoint
 from tests.conftest import ROOT, TINY_DATA, TINY_RUN
 
 HYDRA_STATE = (GlobalHydra, HydraConfig, JobRuntime)

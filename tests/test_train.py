@@ -155,9 +155,9 @@ def test_early_stopping_and_conerank_epochs_are_announced(tmp_path, caplog, caps
 def test_lean_loop_is_accepted_for_one_release_and_warns_that_it_does_nothing(
     tmp_path, caplog, value
 ):
-    from differank.rankers.run.tasks import make_trainer
+    from differank.rankers.run.trainer_tasks import make_trainer
 
-    caplog.set_level(logging.WARNING, logger="differank.rankers.run.tasks")
+    caplog.set_level(logging.WARNING, logger="differank.rankers.run.trainer_tasks")
     make_trainer(compose_config(["logger=csv"], run_dir=tmp_path))
     assert "lean_loop" not in caplog.text  # the default (null) says nothing
     settings = [f"lean_loop={value}", "logger=csv"]

@@ -1,6 +1,6 @@
-"""Where the room's names lived before (0.2.0), kept one release: each old module's
-``__getattr__`` (:func:`forward_moved`) returns the name from its new module with a
-DeprecationWarning naming the new import.
+"""Where names lived before the checkpoint room and the Lightning-free run tasks (issue #40),
+kept one release: each old module's ``__getattr__`` (:func:`forward_moved`) returns the name
+from its new module with a DeprecationWarning naming the new import.
 
 ``MOVED`` maps each old module to ``{name: the module to import it from now}``.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 _ROOM = "differank.rankers.checkpoints"
 _READING = f"{_ROOM}.reading"
-_TASKS = "differank.rankers.run.tasks"
+_TRAINER_TASKS = "differank.rankers.run.trainer_tasks"
 
 MOVED: dict[str, dict[str, str]] = {
     "differank.rankers.training.checkpoints": {
@@ -61,9 +61,24 @@ MOVED: dict[str, dict[str, str]] = {
         ),
         # a run built from the user's own config is the run layer's (a restored one:
         # differank.rankers.checkpoints.build_restored)
-        "build_run": _TASKS,
-        "click_estimator": _TASKS,
+        "build_run": _TRAINER_TASKS,
+        "click_estimator": _TRAINER_TASKS,
     },
+    # the tasks that need Lightning, imported only for them
+    "differank.rankers.run.tasks": dict.fromkeys(
+        (
+            "check_ddp_launch",
+            "distill_teacher",
+            "evaluate_restored",
+            "fit",
+            "make_trainer",
+            "transform_none",
+            "warn_removed_options",
+            "write_curves",
+            "write_lightning_outputs",
+        ),
+        _TRAINER_TASKS,
+    ),
     "differank.rankers.run.export": dict.fromkeys(
         ("Scorer", "check_serving_record", "serving_record", "serving_scorer"), _ROOM
     ),

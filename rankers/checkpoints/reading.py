@@ -31,6 +31,8 @@ Public API (also from :mod:`differank.rankers.checkpoints`)::
     check_restorable(node, where)         # raises UnsafeCheckpointError, runs nothing
     build(node, where, **extra)           # check, then instantiate (``_partial_`` -> partial)
     build_model(node, weights, path, (name, F), **extra)  # sizes, shapes checked; then built
+    build_ranker(node, weights, path, (name, F))  # the module's ranker alone, checked the same
+    RANKER_FACTORIES, RANKER_PREFIX       # how each training module makes its ranker
     run_record(checkpoint, path) -> dict  # checkpoint["differank"], checked, machine-free
     without_machine_arguments(node)       # what run_record applies to data, model and loss
     serving_statistics(record, path)      # its serving record, its feature count checked
@@ -44,20 +46,35 @@ import importlib
 import pickle
 import re
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
+from torch import nn
 
 from differank.losses.module_form import loss_classes
 from differank.losses.unbiased import ESTIMATORS
+from differank.rankers.scorers.base import Ranker
+
+Built = TypeVar("Built", bound=nn.Module)
 
 _DATA = "differank.datamodules"
 _OPTIM = "torch.optim"
-_SCHEDULERS: tuple[str, ...] = ("StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR")
-_SCHEDULERS += ("LinearLR",)
-_SCHEDULERS += ("ReduceLROnPlateau", "OneCycleLR", "CosineAnnealingWarmRestarts")
+_SCHEDULERS = (
+    *("StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "LinearLR"),
+    *("ReduceLROnPlateau", "OneCycleLR", "CosineAnnealingWarmRestarts"),
+)
+# How each training module (the model node's class) makes its ranker, so that serving builds
+# the ranker alone: the node's key holding a factory f(n_features=F), and the attribute of what
+# the factory makes that is the ranker (None: the ranker itself). The module keeps it as
+# ``ranker``, so its weights are the state dict's RANKER_PREFIX entries.
+_MODULE = "differank.rankers.training.module"
+RANKER_FACTORIES: dict[str, tuple[str, str | None]] = {
+    f"{_MODULE}.RankingModule": ("ranker", None),
+    f"{_MODULE}.FullBatchModule": ("solver", "ranker"),
+}
+RANKER_PREFIX = "ranker."
 ALLOWED_TARGETS = frozenset(
     {
         f"{_DATA}.letor.LetorDataModule",
@@ -72,9 +89,8 @@ ALLOWED_TARGETS = frozenset(
         "differank.rankers.scorers.transformer.TransformerRanker",
         "differank.rankers.solvers.domination_cd.DominationCD",
         "differank.rankers.solvers.hinge_cutting_plane.HingeCuttingPlane",
-        "differank.rankers.training.module.RankingModule",
-        "differank.rankers.training.module.FullBatchModule",
-        "differank.rankers.training.module.warmup_cosine",  # a _partial_ scheduler factory
+        *RANKER_FACTORIES,  # the training modules
+        f"{_MODULE}.warmup_cosine",  # a _partial_ scheduler factory
         *(f"{_OPTIM}.{name}" for name in ("SGD", "Adam", "AdamW", "Adagrad", "RMSprop")),
         *(f"{_OPTIM}.{name}" for name in ("Adamax", "NAdam", "RAdam")),
         *(f"{_OPTIM}.lr_scheduler.{name}" for name in _SCHEDULERS),
@@ -84,9 +100,10 @@ ALLOWED_TARGETS = frozenset(
 # many processes run, how large a batch is. A restored record never sets them, at any depth; the
 # command line or the defaults do. tests/rankers/training/test_checkpoint_contents.py walks every
 # allowed class's signature for such names: a class with one fails there until it is listed here.
-_DATA_MACHINE: tuple[str, ...] = ("root", "cache_dir", "verify_cache_hash", "num_workers")
-_DATA_MACHINE += ("batches_on_device",)
-_DATA_MACHINE += ("batch_size", "eval_batch_size")
+_DATA_MACHINE = (
+    *("root", "cache_dir", "verify_cache_hash", "num_workers", "batches_on_device"),
+    *("batch_size", "eval_batch_size"),
+)
 LETOR = f"{_DATA}.letor.LetorDataModule"
 MACHINE_ARGUMENTS: dict[str, tuple[str, ...]] = {
     LETOR: _DATA_MACHINE,
@@ -230,6 +247,41 @@ def build_model(
     (:func:`check_weights`); F and every int in the node's :data:`SIZE_ARGUMENTS` at most the
     number of values the weights hold; the module built on the meta device (which allocates
     nothing) must have the weights' names and shapes. Only then is it built for real."""
+    check_sizes(node, weights, path, features)
+    extra["n_features"] = features[1]
+    return _built_as_weights(lambda: build(node, "model", **extra), weights, path)
+
+
+def build_ranker(
+    node: dict[str, Any], weights: dict[str, Any], path: str | Path, features: tuple[str, int]
+) -> Ranker:
+    """The ranker of the training module that the config ``node`` describes, the module itself
+    not built (serving needs neither Lightning nor the loss nor the metrics): its factory of
+    :data:`RANKER_FACTORIES` called with ``n_features=F``, checked as :func:`build_model`
+    checks a module, against the module's ``ranker.`` weights of ``weights`` (not loaded)."""
+    check_sizes(node, weights, path, features)
+    target = target_of(node)
+    if target not in RANKER_FACTORIES:
+        raise ValueError(f"{path}: model._target_ {target!r} is not a training module")
+    key, attribute = RANKER_FACTORIES[target]
+    factory = node.get(key)
+    if not (isinstance(factory, dict) and factory.get(PARTIAL) is True):
+        raise ValueError(f"{path}: model.{key} is {factory!r}, not a factory (_partial_: true)")
+
+    def make() -> Ranker:
+        made = build(factory, f"model.{key}")(n_features=features[1])
+        return made if attribute is None else getattr(made, attribute)
+
+    held = {key: value for key, value in weights.items() if key.startswith(RANKER_PREFIX)}
+    return _built_as_weights(make, held, path, prefix=RANKER_PREFIX)
+
+
+def check_sizes(
+    node: dict[str, Any], weights: dict[str, Any], path: str | Path, features: tuple[str, int]
+) -> None:
+    """The weights finite (:func:`check_weights`), and the feature count F of ``features``
+    (where it comes from, F) and every int in ``node``'s :data:`SIZE_ARGUMENTS` at most the
+    number of values they hold: a record cannot make a model larger than its weights."""
     check_weights(weights, path)
     budget = sum(tensor.numel() for tensor in weights.values())
     for where, value in [features, *_sizes(node, "model")]:
@@ -240,10 +292,17 @@ def build_model(
                     "checkpoint's weights hold: its run record cannot describe these weights "
                     "(the file was altered); nothing was allocated"
                 )
-    extra["n_features"] = features[1]
+
+
+def _built_as_weights(
+    make: Callable[[], Built], weights: dict[str, Any], path: str | Path, prefix: str = ""
+) -> Built:
+    """``make()`` once on the meta device (which allocates nothing), its state dict's names
+    (after ``prefix``) and shapes compared with ``weights``; only when they are equal, made for
+    real."""
     with torch.device("meta"):
-        planned = build(node, "model", **extra).state_dict()
-    shapes = {key: list(tensor.shape) for key, tensor in planned.items()}
+        planned = make().state_dict()
+    shapes = {prefix + key: list(tensor.shape) for key, tensor in planned.items()}
     held = {key: list(tensor.shape) for key, tensor in weights.items()}
     differences = [
         f"{key}: the record's model has {shapes.get(key, 'none')}, the weights "
@@ -257,7 +316,7 @@ def build_model(
             + "; ".join(differences[:6])
             + "): the file was altered or saved by another model; train it again"
         )
-    return build(node, "model", **extra)
+    return make()
 
 
 def _sizes(node: Any, where: str) -> Iterator[tuple[str, Any]]:

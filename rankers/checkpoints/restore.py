@@ -9,6 +9,7 @@ against the data a restored run scores (:func:`check_same_data`).
 
 Public API (also from :mod:`differank.rankers.checkpoints`)::
 
+    rebuild_ranker(checkpoint, path)             # the trained ranker alone (no Lightning), eval
     rebuild_module(checkpoint, path)             # the trained module, weights loaded, eval mode
     restored_estimator(config)                   # the run's click estimator (or {}), built
     restored_config(checkpoint, path) -> dict    # the run record's data/model/loss, for here
@@ -36,14 +37,17 @@ from differank.rankers.checkpoints.reading import (
     ESTIMATOR,
     LETOR,
     MACHINE_ARGUMENTS,
+    RANKER_PREFIX,
     RESTORED,
     TARGET,
     UnsafeCheckpointError,
     build,
     build_model,
+    build_ranker,
     run_record,
     serving_statistics,
 )
+from differank.rankers.scorers.base import Ranker
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +232,24 @@ def check_same_data(saved: dict[str, Any] | None, data: dict[str, Any], allow: b
             data["content_sha256"][:12],
             saved["content_sha256"][:12],
         )
+
+
+def rebuild_ranker(checkpoint: dict[str, Any], path: str | Path) -> Ranker:
+    """The trained ranker of ``checkpoint`` alone (built by :func:`build_ranker`, checked
+    against the weights; its training module, loss and metrics are not built, so no Lightning
+    loads), its weights loaded, in eval mode, on the CPU: what serving needs."""
+    record = run_record(checkpoint, path)
+    n_features = serving_statistics(record, path)["n_features"]
+    model = record["config"].get("model")
+    if not isinstance(model, dict) or TARGET not in model:
+        raise ValueError(f"{path}: the run record has no model config to rebuild")
+    weights = checkpoint["state_dict"]
+    ranker = build_ranker(model, weights, path, ("serving['n_features']", n_features))
+    prefix = len(RANKER_PREFIX)
+    ranker.load_state_dict(
+        {key[prefix:]: value for key, value in weights.items() if key.startswith(RANKER_PREFIX)}
+    )
+    return ranker.eval()
 
 
 def rebuild_module(checkpoint: dict[str, Any], path: str | Path):

@@ -17,7 +17,8 @@ Public API (also from :mod:`differank.rankers.checkpoints`)::
     check_serving_record(serving, path)           # a checkpoint's record, refused unless sound
     serving_scorer(ranker, serving) -> Scorer     # a ranker behind a record's statistics
     load_ranker(path) -> Scorer                   # a checkpoint file's scorer, eval mode
-    scorer_from_checkpoint(checkpoint, path) -> (Scorer, module)
+    checkpoint_scorer(checkpoint, path) -> Scorer # the same of a loaded checkpoint
+    scorer_from_checkpoint(checkpoint, path) -> (Scorer, module)   # and its training module
 
 Example:
     >>> from differank.rankers.scorers.linear import LinearRanker
@@ -34,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from differank.datamodules.letor import NORMALIZATIONS
+from differank.datamodules.normalization import NORMALIZATIONS
 from differank.datamodules.transforms import GaussRank, SignedLog1p, check_gaussrank_tables
 from differank.rankers.checkpoints.reading import (
     check_finite,
@@ -42,7 +43,7 @@ from differank.rankers.checkpoints.reading import (
     run_record,
     serving_statistics,
 )
-from differank.rankers.checkpoints.restore import rebuild_module
+from differank.rankers.checkpoints.restore import rebuild_module, rebuild_ranker
 from differank.rankers.scorers.base import Ranker
 
 
@@ -210,12 +211,18 @@ def load_ranker(path: str | Path) -> Scorer:
     """The trained scorer of a ``train.py`` checkpoint, from the file alone: an ``nn.Module``
     in eval mode scoring raw LETOR features ``ranker(features [B, L, F], mask [B, L])``
     exactly as the exported scorer (``task=export``) does."""
-    return scorer_from_checkpoint(load_checkpoint(path), path)[0]
+    return checkpoint_scorer(load_checkpoint(path), path)
+
+
+def checkpoint_scorer(checkpoint: dict[str, Any], path: str | Path) -> Scorer:
+    """The raw-feature scorer of ``checkpoint`` (read from ``path``), in eval mode: its serving
+    record checked, then its ranker rebuilt alone (:func:`rebuild_ranker`: no Lightning)."""
+    serving = serving_statistics(run_record(checkpoint, path), path)
+    check_serving_record(serving, path)
+    return serving_scorer(rebuild_ranker(checkpoint, path), serving).eval()
 
 
 def scorer_from_checkpoint(checkpoint: dict[str, Any], path: str | Path):
-    """``(scorer, module)``: the raw-feature scorer of ``checkpoint`` and its trained module."""
-    module = rebuild_module(checkpoint, path)
-    serving = serving_statistics(run_record(checkpoint, path), path)
-    check_serving_record(serving, path)
-    return serving_scorer(module.ranker, serving).eval(), module
+    """``(scorer, module)``: :func:`checkpoint_scorer` and the trained module of
+    ``checkpoint`` (:func:`rebuild_module`, which loads Lightning), for what needs both."""
+    return checkpoint_scorer(checkpoint, path), rebuild_module(checkpoint, path)

@@ -48,7 +48,7 @@ from sklearn.exceptions import NotFittedError
 from differank.datamodules.arrays import read_letor
 from differank.datamodules.atomic_files import write_file
 from differank.datamodules.in_memory import InMemoryDataModule, SplitArrays
-from differank.datamodules.letor import LetorSplit
+from differank.datamodules.letor_split import LetorSplit
 from differank.rankers.checkpoints import (
     data_fingerprint,
     load_checkpoint,

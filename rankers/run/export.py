@@ -26,7 +26,7 @@ from differank.rankers.checkpoints.old_paths import forward_moved
 if TYPE_CHECKING:
     from differank.rankers.checkpoints.serving import Scorer
 
-_QUERIES, _DOCUMENTS = torch.export.Dim("queries"), torch.export.Dim("documents")
+_DYNAMIC_AXES = {0: "queries", 1: "documents"}  # of features, mask and scores
 
 
 def _example(scorer: Scorer) -> tuple[torch.Tensor, ...]:
@@ -59,8 +59,9 @@ def torchscript_bytes(scorer: Scorer) -> bytes:
 def export_onnx(scorer: Scorer, path: str | Path, opset: int = 18) -> Path:
     """Export ``scorer`` to ONNX (input ``features`` [queries, documents, F], and ``mask`` bool
     [queries, documents] for a ranker with ``uses_mask``; output ``scores`` [queries,
-    documents]; both axes dynamic), written whole or not at all. Needs the ``onnx`` and
-    ``onnxscript`` packages (``pip install "differank[export]"``)."""
+    documents]; both axes dynamic), written whole or not at all, by torch's TorchScript-based
+    exporter (docs/serving.md#which-onnx-exporter). Needs the ``onnx`` package (``pip install
+    "differank[export]"``)."""
     write_files(onnx_files(scorer, path, opset))
     return Path(path)
 
@@ -79,18 +80,21 @@ def onnx_files(scorer: Scorer, path: str | Path, opset: int = 18) -> dict[Path, 
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as scratch:
         exported = Path(scratch) / path.name
         with warnings.catch_warnings(), torch.no_grad():
-            # features and mask share their two dynamic axes, which the exporter reports
-            warnings.filterwarnings("ignore", message=r"# The axis name: .* will not be used")
+            # torch's TorchScript-based exporter: deprecated upstream since 2.9 in favour of the
+            # torch.export one (dynamo=True), which exports the default MLP several times more
+            # slowly and loads the compiler (docs/serving.md#which-onnx-exporter); the parity
+            # tests (tests/rankers/run/test_dynamic_shapes.py) hold it to the eager scorer.
+            for message in ("You are using the legacy TorchScript-based", "The feature will be"):
+                warnings.filterwarnings("ignore", message=message, category=DeprecationWarning)
             torch.onnx.export(
                 served.eval(),
                 _example(scorer),
                 str(exported),
                 input_names=names,
                 output_names=["scores"],
-                dynamic_shapes={name: {0: _QUERIES, 1: _DOCUMENTS} for name in names},
+                dynamic_axes={name: _DYNAMIC_AXES for name in [*names, "scores"]},
                 opset_version=opset,
-                dynamo=True,
-                verbose=False,
+                dynamo=False,
             )
         files = {path: exported.read_bytes()}
         weights = exported.with_name(exported.name + ".data")  # the external-data file

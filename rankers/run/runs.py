@@ -47,6 +47,7 @@ import differank
 from differank.datamodules.atomic_files import write_files
 from differank.datamodules.download import data_home
 from differank.rankers.run.folders import claim_folder, remove_if_unused
+from differank.rankers.training.console import hide_progress
 
 # src/differank/conf links to the top-level conf/ in a checkout; a wheel holds the files there
 CONFIG_DIR = Path(differank.__file__).resolve().parent / "conf"
@@ -150,8 +151,6 @@ def console_logging(quiet: bool) -> None:
     lightning.handlers.clear()
     lightning.propagate = True
     if quiet:
-        from differank.rankers.training.callbacks import hide_progress  # Lightning: quiet only
-
         for handler in logging.getLogger().handlers:
             if not isinstance(handler, logging.FileHandler):
                 handler.addFilter(hide_progress)

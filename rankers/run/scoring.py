@@ -8,6 +8,8 @@ Public API::
     prediction_files(out, scores, split, evaluate, ks, convention) -> ({path: text}, metrics)
     write_predictions(out, scores, split, evaluate, ks, convention) -> metrics | None
     metrics_table(values, convention) -> str
+    report(run_dir, metrics, weights, convention)                   # the run's log lines
+    describe_checkpoint(checkpoint, monitor) -> str                 # which weights scored
 
 :func:`read_letor_files` reads any LETOR files as they are (raw features, no fold layout, no
 training split): what ``task=test|predict files=[...]`` scores with the checkpoint's own
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -36,12 +39,13 @@ from rich.table import Table
 from torch import nn
 
 from differank.datamodules.atomic_files import write_files
-from differank.datamodules.letor import LetorSplit
+from differank.datamodules.letor_split import LetorSplit
 from differank.datamodules.reader import group_queries, read_letor_file
 from differank.datamodules.split_tensors import SplitTensors
-from differank.rankers.metrics.evaluate import convention_means, evaluate_arrays
 from differank.rankers.run.export import trec_qrels_text, trec_run_text
-from differank.rankers.training.module import scores_in_row_order
+from differank.rankers.training.row_order import scores_in_row_order
+
+log = logging.getLogger(__name__)
 
 
 def read_letor_files(
@@ -146,6 +150,9 @@ def prediction_files(
     }
     if not evaluate:
         return files, None
+    # the metrics (torchmetrics) load only when the labels are judged: predict needs none
+    from differank.rankers.metrics.evaluate import convention_means, evaluate_arrays
+
     files[predictions / "test.qrels"] = trec_qrels_text(qids, docids, split.labels)
     values = evaluate_arrays(scores, split.labels, split.qids, ks=ks, convention=convention)
     # every convention side by side (docs/metrics.md#conventions); the top level is `convention`
@@ -177,3 +184,20 @@ def metrics_table(values: dict[str, float], convention: str = "letor") -> str:
     text = io.StringIO()
     Console(file=text, width=100).print(table)
     return text.getvalue().rstrip()
+
+
+def report(run_dir: Path, metrics: dict[str, float] | None, weights: str, convention: str) -> None:
+    """Log what a run scored: the test table of ``metrics`` (None: the predictions' folder) and
+    which ``weights`` scored it."""
+    if metrics is None:
+        log.info("predictions of %s: %s", weights, run_dir / "predictions")
+    else:
+        table = metrics_table(metrics, convention)
+        log.info("test metrics of %s:\n%s\noutputs: %s", weights, table, run_dir)
+
+
+def describe_checkpoint(checkpoint: dict, monitor: str) -> str:
+    """Which weights were scored: the checkpoint's epoch and validation value."""
+    value = checkpoint.get("differank", {}).get("validation", {}).get(monitor)
+    shown = "" if value is None else f", {monitor} {value:.4f}"
+    return f"epoch {checkpoint.get('epoch', '?')}{shown}"

@@ -29,7 +29,8 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 
-from differank.rankers.training.callbacks import NOISY_WARNINGS, RunConsole
+from differank.rankers.training.callbacks import RunConsole
+from differank.rankers.training.console import NOISY_WARNINGS
 
 # What Lightning's Trainer changes in the process (accelerator_connector._set_torch_flags and
 # seed_everything): put back after every fit.

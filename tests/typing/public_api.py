@@ -40,8 +40,8 @@ from differank.losses import (
     softmax_loss,
     structured_hinge_loss,
 )
+from differank.rankers.checkpoints import Scorer
 from differank.rankers.run.estimator import Ranker
-from differank.rankers.run.export import Scorer
 
 Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # X [N, F], y [N], qid [N]
 

@@ -5,6 +5,8 @@ checkpoint without the serving record says what it lacks."""
 
 import json
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -127,3 +129,38 @@ def test_a_feature_beyond_the_models_is_refused(alone, tmp_path):
     overrides = ["task=predict", f"ckpt_path={checkpoint}", f"files=[{wide}]"]
     with pytest.raises(ValueError, match="wide.txt: feature 47 is beyond the 46 features"):
         run_config(overrides, tmp_path / "run")
+
+
+# What a command that trains nothing loads (issue #40): scoring files with a checkpoint and
+# exporting it cost what their work costs, so neither loads Lightning or torchmetrics (nor,
+# for export, the compiler: the ONNX exporter is torch's TorchScript-based one).
+TRAINING_ONLY = ("pytorch_lightning", "lightning_fabric", "torchmetrics")
+
+
+def imported(overrides, run_dir) -> set[str]:
+    """The top-level packages ``differank OVERRIDES`` imports (``python -X importtime -m
+    differank``), run from ``run_dir``'s parent."""
+    command = [sys.executable, "-X", "importtime", "-m", "differank", f"hydra.run.dir={run_dir}"]
+    command += overrides
+    cwd = run_dir.parent
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith("import time:")]
+    return {line.rsplit("|", 1)[1].strip().split(".")[0] for line in lines}
+
+
+def test_predict_on_files_loads_no_lightning(alone, tmp_path):
+    _, checkpoint, standalone = alone
+    overrides = ["task=predict", f"ckpt_path={checkpoint}", f"files=[{standalone}]"]
+    packages = imported(overrides, tmp_path / "run")
+    assert "torch" in packages and not packages & set(TRAINING_ONLY), packages
+    assert (tmp_path / "run" / "predictions" / "test.txt").is_file()
+
+
+def test_export_loads_no_lightning_and_no_compiler(alone, tmp_path):
+    pytest.importorskip("onnx", reason="onnx is the optional export extra")
+    _, checkpoint, _ = alone
+    overrides = ["task=export", "export.format=onnx", f"ckpt_path={checkpoint}"]
+    packages = imported(overrides, tmp_path / "run")
+    assert not packages & {*TRAINING_ONLY, "onnxscript"}, packages
+    assert (tmp_path / "run" / "export" / "scorer.onnx").is_file()

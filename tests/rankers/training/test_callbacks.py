@@ -1,22 +1,24 @@
-"""The console pieces (differank.rankers.training.callbacks): the terminal's log handler is
+"""The console pieces (differank.rankers.training.console): the terminal's log handler is
 Rich's on a terminal and plain, unwrapped lines on a file or pipe."""
 
 import io
 import logging
 
+import pytest
 from rich.console import Console
 from rich.logging import RichHandler
 
 from differank.rankers.training import callbacks
+from differank.rankers.training import console as terminal
 
 
 def test_off_a_terminal_lines_are_written_whole(monkeypatch):
     monkeypatch.delenv("COLUMNS", raising=False)
     out = io.StringIO()
     console = Console(file=out, width=80, force_terminal=False)
-    handler = callbacks.console_handler(console)
+    handler = terminal.console_handler(console)
     assert type(handler) is logging.StreamHandler
-    assert console.width == callbacks.WIDE_COLUMNS  # the progress bar's lines, too
+    assert console.width == terminal.WIDE_COLUMNS  # the progress bar's lines, too
     line = "epoch 3/29  train/loss 0.1234  val/map 0.4567  best 0.4567 (epoch 3)  " * 3
     handler.handle(logging.LogRecord("x", logging.INFO, __file__, 1, line, None, None))
     assert out.getvalue() == line + "\n"  # one line, no wrapping at 80 columns, no padding
@@ -24,7 +26,7 @@ def test_off_a_terminal_lines_are_written_whole(monkeypatch):
 
 def test_on_a_terminal_rich_prints_above_the_progress_bar():
     console = Console(file=io.StringIO(), force_terminal=True)
-    handler = callbacks.console_handler(console, show_time=False, show_path=False)
+    handler = terminal.console_handler(console, show_time=False, show_path=False)
     assert isinstance(handler, RichHandler) and handler.console is console
 
 
@@ -35,7 +37,28 @@ def test_the_job_logging_config_builds_the_handler():
 
     path = ROOT / "conf" / "hydra" / "job_logging" / "differank.yaml"
     console = yaml.safe_load(path.read_text())["handlers"]["console"]
-    assert console["()"] == "differank.rankers.training.callbacks.console_handler"
+    assert console["()"] == "differank.rankers.training.console.console_handler"
+
+
+def test_the_console_pieces_load_no_lightning():
+    """Every command's logging is configured through the console module: one that trains
+    nothing (predict, export) must not pay for Lightning there."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, differank.rankers.training.console\nprint('pytorch_lightning' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "False"
+
+
+def test_the_old_names_of_the_console_pieces_warn():
+    with pytest.warns(DeprecationWarning, match="moved to differank.rankers.training.console"):
+        handler = callbacks.console_handler
+    assert handler is terminal.console_handler
 
 
 def test_the_epoch_line_of_a_run_bounded_by_max_steps_and_its_checkpoint_line(caplog, tmp_path):

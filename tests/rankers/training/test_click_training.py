@@ -18,7 +18,7 @@ from differank.rankers.checkpoints import (
     serving_scorer,
 )
 from differank.rankers.run.runs import compose_config
-from differank.rankers.run.tasks import build_run
+from differank.rankers.run.trainer_tasks import build_run
 from differank.rankers.scorers.linear import LinearRanker
 from differank.rankers.training.module import RankingModule
 from tests.conftest import MQ2008, ROOT, TINY_RUN, requires_mq2008
