@@ -50,9 +50,9 @@ from differank.datamodules.atomic_files import write_file
 from differank.datamodules.in_memory import InMemoryDataModule, SplitArrays
 from differank.datamodules.letor_split import LetorSplit
 from differank.rankers.checkpoints import (
+    checkpoint_scorer,
     data_fingerprint,
     load_checkpoint,
-    scorer_from_checkpoint,
     serving_record,
     serving_scorer,
 )
@@ -682,7 +682,7 @@ class Ranker(_Estimator):
         checkpoint = load_checkpoint(path)
         params, names = estimator_record(checkpoint, path)
         ranker = cls(**params)
-        ranker.scorer_, _ = scorer_from_checkpoint(checkpoint, path)
+        ranker.scorer_ = checkpoint_scorer(checkpoint, path)
         ranker.checkpoint_ = checkpoint
         ranker.checkpoint_path_ = path
         ranker.n_features_in_ = ranker.scorer_.n_features
