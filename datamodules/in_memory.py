@@ -20,7 +20,6 @@ sample_weight=...)``): one non-negative float per query, in the order queries fi
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +27,8 @@ import numpy as np
 
 from differank.datamodules.letor import LetorDataModule
 from differank.datamodules.letor_split import LetorSplit
-from differank.datamodules.reader import FLOAT32_MAX, LetorFile
+from differank.datamodules.parquet import ParquetFile
+from differank.datamodules.reader import LetorFile
 
 SPLITS = ("train", "val", "test")
 
@@ -55,32 +55,20 @@ class SplitArrays:
             )
 
 
-class ArrayRows(LetorFile):
-    """A split's arrays as the reader's :class:`LetorFile` (``line_numbers`` are 0-based row
-    numbers; no doc ids), whose value errors name the row and column."""
+class ArrayRows(ParquetFile):
+    """A split's arrays as the reader's :class:`LetorFile`, with the value rules of a file
+    without lines (:class:`ParquetFile`'s), located by row and column: ``line_numbers`` are
+    0-based row numbers; no doc ids."""
 
-    def check_values(self, *, nan_policy: str, null_value, label_range) -> None:
-        if self.meta["nonfinite"] and nan_policy == "error":
-            value = self.meta["nonfinite_value"]
-            what = (
-                f"value {value:.9g} is beyond float32's range (|x| <= {FLOAT32_MAX:.8g})"
-                if math.isfinite(value)
-                else f"value {value}"
-            )
-            raise ValueError(
-                f"{self.path}: row {self.meta['nonfinite_row']}, column "
-                f"{self.meta['nonfinite_feature']} is not finite ({what}; "
-                f"{self.meta['nonfinite']} such value(s)); fix the data, or set "
-                "nan_policy='zero' (replace them by 0) or 'allow' (keep NaN / inf)"
-            )
-        if label_range is not None:
-            bad = (self.labels < label_range[0]) | (self.labels > label_range[1])
-            if bad.any():
-                row = int(np.argmax(bad))
-                raise ValueError(
-                    f"{self.path}: row {row}: label {self.labels[row]} outside label_range "
-                    f"{label_range}"
-                )
+    def location(self, row: int, column: str) -> str:
+        return f"{self.path}: row {row}, column {column}"
+
+    def _feature_column(self, index: int) -> str:
+        return str(index)
+
+    def release_pages(self) -> None:
+        """Nothing: the arrays are the caller's (and a split may be read twice, as validation
+        and test when no other rows are given)."""
 
 
 def array_rows(arrays: SplitArrays) -> ArrayRows:
@@ -97,7 +85,8 @@ def array_rows(arrays: SplitArrays) -> ArrayRows:
         "features": width,
         "nulls": 0,
         "nonfinite": int(bad.sum()),
-        "nonfinite_row": int(first[0]),
+        "nonfinite_row": int(first[0]),  # ParquetFile's names: rows, not lines
+        "label_column": "y",
         "nonfinite_feature": int(first[1]),
         "nonfinite_value": float(features[first[0], first[1]]) if rows and width else 0.0,
         "sha256": digest.hexdigest(),
