@@ -23,6 +23,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from differank.datamodules.path_components import path_component
 from differank.losses.unbiased import Naive
 from differank.rankers.checkpoints import (
     Scorer,
@@ -194,6 +195,10 @@ def restored_run(cfg: DictConfig, checkpoint: dict, overrides: Sequence[str] = (
 def make_trainer(cfg: DictConfig, multirun: bool = False) -> pl.Trainer:
     """The Lightning trainer of ``cfg`` (its callbacks and loggers); ``multirun``: the run is
     one job of a sweep, where local DDP cannot start (:func:`check_ddp_launch`)."""
+    for key, logger in cfg.logger.items():  # a logger's folder inside the run folder
+        for option in ("name", "version"):
+            if isinstance(logger.get(option), str):
+                path_component(logger[option], f"logger.{key}.{option}")
     callbacks = [instantiate(callback) for callback in cfg.callbacks.values()]
     if cfg.quiet:
         callbacks = [c for c in callbacks if not isinstance(c, pl.callbacks.ProgressBar)]

@@ -28,3 +28,15 @@ def test_path_component_a_name_that_is_not_one_folder_entry_is_refused(name, why
     with pytest.raises(ValueError, match=r"^run\.name must be one file or folder name") as error:
         path_component(name, "run.name")
     assert why in str(error.value)
+
+
+def test_path_component_a_logger_name_cannot_leave_the_run_folder(tmp_path):
+    """``logger.csv.name=../x`` would put the CSV log outside the run folder: refused, naming the
+    option, before a trainer or a folder is made."""
+    from differank.rankers.run.runs import compose_config
+    from differank.rankers.run.trainer_tasks import make_trainer
+
+    cfg = compose_config(["logger=csv", "logger.csv.name=../escaped"], run_dir=tmp_path / "run")
+    with pytest.raises(ValueError, match=r"logger\.csv\.name"):
+        make_trainer(cfg)
+    assert not (tmp_path / "escaped").exists()
