@@ -243,7 +243,7 @@ def test_a_failed_fit_leaves_no_run_folder(temporary_folder, tmp_path):
     assert list((tmp_path / "runs").rglob("*")) == [] and list(temporary_folder.iterdir()) == []
 
 
-def test_an_interrupted_fit_raises_keyboard_interrupt_and_keeps_the_handler(
+def test_library_object_an_interrupted_fit_raises_keyboard_interrupt_and_keeps_the_handler(
     monkeypatch, temporary_folder
 ):
     from differank.rankers.training.module import RankingModule
@@ -294,7 +294,7 @@ def test_the_callers_random_state_and_torch_flags_are_left_as_found():
     assert torch.are_deterministic_algorithms_enabled() == deterministic
 
 
-def test_fits_in_threads_are_independent():
+def test_library_object_fits_in_threads_are_independent():
     X, y, qid = small_rows(queries=6)
     alone = [
         Ranker(model="linear", max_epochs=2, seed=seed, verbose=False).fit(X, y, qid=qid).predict(X)
@@ -315,7 +315,7 @@ def test_fits_in_threads_are_independent():
     np.testing.assert_array_equal(results[1], alone[1])
 
 
-def test_parameters_are_literal_values_never_interpolated(monkeypatch):
+def test_library_object_parameters_are_literal_values_never_interpolated(monkeypatch):
     monkeypatch.setenv("DIFFERANK_TEST_PRECISION", "32-true")
     ranker = Ranker(model="linear", max_epochs=1, precision="${oc.env:DIFFERANK_TEST_PRECISION}")
     with pytest.raises(Exception, match=r"\$\{oc\.env:DIFFERANK_TEST_PRECISION\}"):
@@ -331,7 +331,9 @@ def test_parameters_are_literal_values_never_interpolated(monkeypatch):
         (lambda record: record.update(feature_names=["a"]), r"1 names for 5 features"),
     ],
 )
-def test_a_tampered_estimator_record_is_refused_naming_the_entry(fitted, tmp_path, tamper, match):
+def test_library_object_a_tampered_estimator_record_is_refused_naming_the_entry(
+    fitted, tmp_path, tamper, match
+):
     ranker, _ = fitted
     path = ranker.save(tmp_path / "model.ckpt")
     checkpoint = torch.load(path, weights_only=True)
