@@ -61,6 +61,7 @@ def test_the_wheel_holds_every_config(installed):
     assert "differank/conf/train.yaml" in configs and configs <= shipped
 
 
+@pytest.mark.slow  # 25 s; CI's wheel step (.ci/wheel_user.sh) runs the same from a real install
 def test_the_installed_command_fits_predicts_and_exports_outside_the_clone(installed, tmp_path):
     _, folder, env = installed
     differank = str(folder / "bin" / "differank")
