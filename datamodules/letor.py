@@ -114,10 +114,11 @@ _SPLIT_CACHE_VERSION = 1
 def _check_int(name: str, value, minimum: int, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ValueError(f"{name} must be an int, got {value!r}")
-    if value < minimum or (maximum is not None and value > maximum):
+    number = int(value)  # exact for an Integral (numpy's included)
+    if number < minimum or (maximum is not None and number > maximum):
         bound = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
         raise ValueError(f"{name} must be {bound}, got {value!r}")
-    return int(value)
+    return number
 
 
 def _check_bool(name: str, value) -> bool:
@@ -194,10 +195,13 @@ class LetorDataModule(pl.LightningDataModule):
         if format not in FORMATS:
             raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
         self.format = format
-        # Hydra hands a list as a ListConfig: a tuple of names (or one list column's name)
-        names = None if feature_columns is None else feature_columns
-        if names is not None and not isinstance(names, str):
-            names = tuple(str(n) for n in names)
+        # Hydra hands a list as a ListConfig: a tuple of names (or one list column's name,
+        # which ParquetColumns reads as a one-name tuple too)
+        names: tuple[str, ...] | None = None
+        if isinstance(feature_columns, str):
+            names = (feature_columns,)
+        elif feature_columns is not None:
+            names = tuple(str(n) for n in feature_columns)
         self.parquet_columns = parquet.ParquetColumns(label_column, qid_column, names, docid_column)
         self._parts_dir: Path | None = None
         self._splits: dict[str, LetorSplit] | None = None
@@ -212,6 +216,8 @@ class LetorDataModule(pl.LightningDataModule):
     def _data_root(self) -> Path:
         """The directory to read (subclasses may create it first): ``root``, or for
         ``format="query_files"`` its LETOR parts in the cache (built on first use)."""
+        if self.root is None:  # only a subclass that makes its own data passes root=None
+            raise TypeError(f"{type(self).__name__} has root=None: it must override _data_root")
         if self.format == "letor":
             return self.root
         if self._parts_dir is None:
@@ -306,7 +312,7 @@ class LetorDataModule(pl.LightningDataModule):
             parquet.check_fold_budget(files, self.parquet_columns, cache_dir=self.cache_dir)
         else:
             check_fold_budget(files, cache_dir=self.cache_dir)
-        parsed = {}
+        parsed: dict[Path, LetorFile] = {}
         for path in paths:
             if self.format == "parquet":
                 parsed[path] = parquet.read_parquet_file(path, self.parquet_columns)
@@ -436,11 +442,12 @@ class LetorDataModule(pl.LightningDataModule):
             }
 
         loaded = {name: cache.load(root / keys[name], shapes) for name in splits}
-        if all(entry is not None for entry in loaded.values()):
+        hits = {name: entry for name, entry in loaded.items() if entry is not None}
+        if len(hits) == len(splits):
             for name, split in splits.items():
-                split.features = loaded[name][0]["features"]
-            self._set_zscore(loaded["train"][0])
-            self._transform = transforms.load(self.transform, loaded["train"][0])
+                split.features = hits[name][0]["features"]
+            self._set_zscore(hits["train"][0])
+            self._transform = transforms.load(self.transform, hits["train"][0])
             return
         folders = {name: cache.new_entry(root) for name in splits}
         arrays = {
@@ -521,6 +528,7 @@ class LetorDataModule(pl.LightningDataModule):
     def n_features(self) -> int:
         """Number of features F (max 1-based index over the fold's files)."""
         self._load()
+        assert self._n_features is not None  # _load sets it
         return self._n_features
 
     @property
@@ -546,11 +554,13 @@ class LetorDataModule(pl.LightningDataModule):
     def label_levels(self) -> tuple[float, ...]:
         """Distinct labels present in the data (all splits)."""
         self._load()
+        assert self._splits is not None  # _load sets it
         labels = np.concatenate([s.labels for s in self._splits.values()])
         return tuple(float(v) for v in np.unique(labels))
 
     def split_data(self, split: str) -> LetorSplit:
         self._load()
+        assert self._splits is not None  # _load sets it
         return self._splits[self._split_name(split)]
 
     def num_rows(self, split: str) -> int:
@@ -602,17 +612,18 @@ class LetorDataModule(pl.LightningDataModule):
         on_device = self._device_dataset(split, device)
         dataset = self.dataset(split) if on_device is None else on_device
         train = self._split_name(split) == "train"
-        options = dict(
-            shuffle=train,
-            bucket_by_length=self.bucket_by_length,
-            seed=self.seed,
-            draw_seeds=train and self.max_list is not None,
-        )
         batch_size = self.batch_size if train else self.eval_batch_size
         trainer = self.trainer
         rank, world_size = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
         sampler = query_batches.ShardedQueryBatchSampler(
-            dataset.lengths, batch_size, rank=rank, world_size=world_size, **options
+            dataset.lengths,
+            batch_size,
+            rank=rank,
+            world_size=world_size,
+            shuffle=train,
+            bucket_by_length=self.bucket_by_length,
+            seed=self.seed,
+            draw_seeds=train and self.max_list is not None,
         )
         # Batches gathered on an accelerator are built in this process (worker processes
         # cannot hand over device tensors); streamed ones are pinned for the copy.
@@ -620,7 +631,8 @@ class LetorDataModule(pl.LightningDataModule):
         return DataLoader(
             dataset,
             batch_sampler=sampler,
-            collate_fn=QueryBatchDataset.collate_fn,
+            # __getitems__ builds the batch dict; torch types collate_fn for a list of samples
+            collate_fn=QueryBatchDataset.collate_fn,  # type: ignore[arg-type]
             num_workers=workers,
             persistent_workers=workers > 0,
             pin_memory=on_device is None and device.type == "cuda",

@@ -25,6 +25,7 @@ from differank.losses.algorithms.permutation_sampler import (
 )
 from differank.losses.inputs import (
     batch_result,
+    decorated_mask,
     finite_scores,
     list_inputs,
     list_loss,
@@ -161,8 +162,8 @@ def convex_loss(
         (True, 1.3777)
     """
     return _convex_loss(
-        scores, labels, mask, ConvexOptions(**options), samples=samples, generator=generator,
-        reduction=reduction,
+        scores, labels, decorated_mask(mask), ConvexOptions(**options), samples=samples,
+        generator=generator, reduction=reduction,
     )  # fmt: skip
 
 
@@ -388,7 +389,9 @@ class ConvexLoss(nn.Module):
         tables = _tables(labels, mask, self.options, scores.dtype)
         safe = torch.where(mask, scores, torch.zeros_like(scores)).detach()
         generator = self._generator()
-        return _sample(safe, tables, self.options, generator, keep_orders=True).orders
+        orders = _sample(safe, tables, self.options, generator, keep_orders=True).orders
+        assert orders is not None  # keep_orders=True materialises them
+        return orders
 
     def _samples(
         self,
@@ -415,8 +418,8 @@ class ConvexLoss(nn.Module):
             or not torch.equal(self.cache[key][1], mask[b].cpu())
         ]
         if stale:
-            rows = torch.tensor(stale, device=scores.device)
-            drawn = self._draw(scores[rows], labels[rows], mask[rows])
+            stale_rows = torch.tensor(stale, device=scores.device)
+            drawn = self._draw(scores[stale_rows], labels[stale_rows], mask[stale_rows])
             for row, b in enumerate(stale):
                 count = int(mask[b].sum())
                 self.cache[keys[b]] = (self.epoch, mask[b].cpu(), drawn[row, :, :count].cpu())

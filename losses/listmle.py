@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from differank.losses.inputs import list_inputs, list_loss, query_documents
+from differank.losses.inputs import decorated_mask, list_inputs, list_loss, query_documents
 from differank.losses.module_form import LISTWISE, LossModule
 from differank.losses.options import NON_NEGATIVE
 from differank.losses.reduction import check_reduction, reduce_queries
@@ -165,7 +165,7 @@ def listmle_loss(
     """
     check_reduction(reduction)
     check_listmle_options(ties, eps)
-    scores, labels, mask, valid = list_inputs(scores, labels, mask)
+    scores, labels, mask, valid = list_inputs(scores, labels, decorated_mask(mask))
     real = query_documents(mask, valid)  # a query without a pair: all padding, never read
     return reduce_queries(
         _per_query(scores, labels, real, ties, position_aware, eps), valid, reduction

@@ -48,7 +48,7 @@ class QueryTables(NamedTuple):
     levels: torch.Tensor  # [B, L] int64: dense rank of the label within its query (0 at padding)
     num_levels: int  # G: 1 + the largest level in the batch, or the num_levels bound (static)
     higher_total: torch.Tensor  # [B, G] int64: real docs labelled above level g
-    count: torch.Tensor  # [B] int64: n, the number of real documents
+    num_real: torch.Tensor  # [B] int64: n, the number of real documents
     pairs: torch.Tensor  # [B] float: |P| (clamped to >= 1 so it can divide)
     gain: torch.Tensor  # [B, L] float: 2^label - 1 (0 at padding)
     relevant: torch.Tensor  # [B, L] float: label > 0 (0 at padding)
@@ -124,8 +124,8 @@ def _gather(values: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
 
 def _real_positions(tables: QueryTables, length: int) -> torch.Tensor:
     """``[B, 1, L]`` bool: position p holds a real document (p < n)."""
-    positions = torch.arange(length, device=tables.count.device)
-    return (positions < tables.count[:, None]).unsqueeze(1)
+    positions = torch.arange(length, device=tables.num_real.device)
+    return (positions < tables.num_real[:, None]).unsqueeze(1)
 
 
 def position_counts(
@@ -312,7 +312,7 @@ def _walk_tables(tables: QueryTables, scores: torch.Tensor | None = None) -> _Wa
         height=height.to(small).unsqueeze(1),
         real_slots=mask.to(small).unsqueeze(1),
         real_slot_ids=torch.where(mask, positions, 0).unsqueeze(1),
-        real_positions=(positions < tables.count[:, None]).unsqueeze(1),
+        real_positions=(positions < tables.num_real[:, None]).unsqueeze(1),
         positions=positions.to(small),
         higher_total=tables.higher_total.to(small),
         lower_total=lower_total.to(small),
@@ -445,8 +445,8 @@ def run_sampler(
     hashes = torch.empty(batch, chains, steps, dtype=torch.long, device=device)
     for step in range(steps):
         if step % walk_length == 0:
-            state = _restart(walk, tables, chains, restart_skew, generator)
-        _step(walk, tables, state, first[:, step], second[:, step], log_uniform[step],
+            state, inverse = _restart(walk, tables, chains, restart_skew, generator)
+        _step(walk, tables, state, inverse, first[:, step], second[:, step], log_uniform[step],
               accept, target)  # fmt: skip
         counts[:, :, step], deltas[:, :, step], hashes[:, :, step] = state[1], state[2], state[3]
         if placed is not None:
@@ -471,11 +471,11 @@ def _restart(
     chains: int,
     restart_skew: float,
     generator: torch.Generator | None,
-) -> list[torch.Tensor]:
+) -> tuple[list[torch.Tensor], torch.Tensor | None]:
     """Fresh chain states from the three seeds, chosen ∝ exp(restart_skew · Δ(seed)).
 
-    State: [position of each slot, coefficient count of each slot, Δ, hash, 1/(position + 1)
-    (AP only, else None)].
+    State: [position of each slot, coefficient count of each slot, Δ, hash], and apart from it
+    1/(position + 1) (AP only, else None).
     """
     order, _, rank, at_level, inversions = _shuffle(
         walk, chains, generator, inversions=tables.delta == "auc"
@@ -501,26 +501,27 @@ def _restart(
     dtype = walk.scale.dtype
     position = position.to(dtype)
     inverse = 1.0 / (position + 1) if tables.delta == "map" else None
-    return [position, count.to(dtype), delta, hashed, inverse]
+    return [position, count.to(dtype), delta, hashed], inverse
 
 
 def _step(
     walk: _WalkTables,
     tables: QueryTables,
     state: list[torch.Tensor],
+    inverse: torch.Tensor | None,
     first: torch.Tensor,
     second: torch.Tensor,
     log_uniform: torch.Tensor,
     accept: str,
     target: str,
 ) -> None:
-    """One proposal + accept/reject for every chain; updates ``state`` in place.
+    """One proposal + accept/reject for every chain; updates ``state`` and ``inverse`` in place.
 
     Positions and counts are exact small integers held in the score dtype, so the window
     indicator comes from one product and a clamp and feeds the matrix product without a
     conversion.
     """
-    position, count, delta_now, hash_now, inverse = state
+    position, count, delta_now, hash_now = state
     batch, chains, length = position.shape
     dtype, groups = walk.scale.dtype, walk.higher_total.shape[1]
     pair = torch.stack([first, second], -1)  # [B, C, 2] documents to swap
@@ -556,6 +557,7 @@ def _step(
         safe = torch.where(ideal > 0, ideal, torch.ones_like(ideal))
         new_delta = torch.where(ideal > 0, delta_now - dcg_change / safe, delta_now)
     else:
+        assert inverse is not None  # _restart builds 1/(position + 1) whenever Δ is AP
         relevant = tables.relevant.to(dtype)
         sign = relevant.gather(1, b) - relevant.gather(1, a)  # +1: a relevant doc moves up
         hits = sums[..., 2 * groups]  # relevant documents in the window
@@ -580,9 +582,9 @@ def _step(
         rows = walk.moves.index_select(0, ((query * groups + la) * groups + to).view(-1))
     else:
         one_hot = walk.window_table.view(-1, length)  # rows b·K + g: one-hot level g of query b
-        width = walk.window_table.shape[1]
-        rows = one_hot.index_select(0, (query * width + to).view(-1))
-        rows = rows - one_hot.index_select(0, (query * width + la).view(-1))
+        table_rows = walk.window_table.shape[1]
+        rows = one_hot.index_select(0, (query * table_rows + to).view(-1))
+        rows = rows - one_hot.index_select(0, (query * table_rows + la).view(-1))
     count.addcmul_(rows.view_as(count), window)
     flag = accepted.unsqueeze(-1)
     both = ab.view(batch, chains, 2)  # a and b (the same slot twice only where p == q)

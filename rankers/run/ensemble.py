@@ -107,7 +107,8 @@ class EnsembleRanker(Ranker):
         super().__init__()
         if not members:
             raise ValueError("an ensemble needs at least one member")
-        widths = {int(member.n_features) for member in members}
+        # a member's n_features is a plain int; nn.Module types unknown attributes as tensors
+        widths = {int(member.n_features) for member in members}  # type: ignore[arg-type]
         if len(widths) != 1:
             raise ValueError(f"the members read different feature counts: {sorted(widths)}")
         weights = [1.0] * len(members) if weights is None else [float(w) for w in weights]
@@ -297,7 +298,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         scales = [score_scale(s, split) for s in member_scores(args.checkpoints, members, split)]
         check_scales(args.checkpoints, scales, standardize)
         scores = score_split(ensemble, split)
-        files, values = prediction_files(args.out, scores, split, evaluate=True, ks=args.ks)
+        predictions, values = prediction_files(args.out, scores, split, evaluate=True, ks=args.ks)
+        files: dict[Path, bytes | str] = dict(predictions)  # the exports add binary files
         record = {
             "checkpoints": [str(Path(path).resolve()) for path in args.checkpoints],
             "weights": list(ensemble.weights),

@@ -14,10 +14,12 @@ import logging
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.core.optimizer import LightningOptimizer
+from pytorch_lightning.utilities.types import OptimizerLRScheduler
 from torch import nn
 
 from differank.losses.inputs import finite_label_mask, float_labels
@@ -88,11 +90,12 @@ def per_query_values(loss: nn.Module) -> Iterator[None]:
     ``reduction`` attribute."""
 
     def set_reduction(reduction: str) -> None:
-        loss.reduction = reduction  # type: ignore[assignment]  # nn.Module types attributes as tensors
+        # nn.Module types the attributes it does not know as tensors
+        loss.reduction = reduction  # type: ignore[assignment]
         if isinstance(loss, LossModule):
             loss.options["reduction"] = reduction
 
-    saved = loss.reduction
+    saved = cast(str, loss.reduction)  # nn.Module types attributes it does not know as tensors
     set_reduction("none")
     try:
         yield
@@ -209,9 +212,11 @@ class EvaluationModule(pl.LightningModule):
         return self.loss(target, batch["labels"], batch["mask"], **inputs)
 
     def loss_target(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        features = batch["features"]
         if self.ranker.uses_mask:
-            return self.ranker.loss_target(batch["features"], batch["mask"])
-        return self.ranker.loss_target(batch["features"])
+            # uses_mask rankers take (features, mask); Ranker declares the one-argument form
+            return self.ranker.loss_target(features, batch["mask"])  # type: ignore[call-arg]
+        return self.ranker.loss_target(features)
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         target = self.loss_target(batch)
@@ -265,10 +270,11 @@ class EvaluationModule(pl.LightningModule):
         empty = [torch.empty(0, dtype=torch.long)], [torch.empty(0)]
         rows, scores = (self.test_rows, self.test_scores) if self.test_rows else empty
         mine = (torch.cat(rows), torch.cat(scores))
-        shards = [None] * torch.distributed.get_world_size()
+        # all_gather_object fills each slot with one process's (rows, scores)
+        shards: list[Any] = [None] * torch.distributed.get_world_size()
         torch.distributed.all_gather_object(shards, mine)
-        self.test_rows = [rows for rows, _ in shards]
-        self.test_scores = [scores for _, scores in shards]
+        self.test_rows = [shard_rows for shard_rows, _ in shards]
+        self.test_scores = [shard_scores for _, shard_scores in shards]
 
     def scores_by_row(self, num_rows: int) -> torch.Tensor:
         """The last test run's scores as a float64 [num_rows] vector in source-file row order."""
@@ -459,6 +465,7 @@ class RankingModule(EvaluationModule):
         """``train/loss``: the epoch's mean batch loss weighted by queries per batch (over every
         process under DDP), the value a per-step ``self.log(on_epoch=True)`` gave."""
         if self._epoch_loss_queries:
+            assert self._epoch_loss_sum is not None  # _add_to_epoch_loss counted the queries
             mean = self._epoch_loss_sum / self._epoch_loss_queries
             queries = self._epoch_loss_queries
             self.log("train/loss", mean, batch_size=queries, sync_dist=True, prog_bar=True)
@@ -468,7 +475,7 @@ class RankingModule(EvaluationModule):
         super().optimizer_step(*args, **kwargs)
         self.ranker.constrain()
 
-    def configure_optimizers(self) -> torch.optim.Optimizer | dict[str, Any]:
+    def configure_optimizers(self) -> OptimizerLRScheduler:
         optimizer = self.make_optimizer(self.parameters())
         estimator = [] if self.estimator is None else list(self.estimator.parameters())
         if estimator:  # its own group: the learning rate times the estimator's lr_scale
@@ -510,7 +517,8 @@ class FullBatchModule(EvaluationModule):
 
     def on_fit_start(self) -> None:
         super().on_fit_start()
-        batch = self.trainer.datamodule.full_batch("train")
+        # Lightning sets trainer.datamodule when fitting; its Trainer class does not declare it
+        batch = self.trainer.datamodule.full_batch("train")  # type: ignore[attr-defined]
         if "weights" in batch:  # refused, not dropped: a solver's objective has no weights
             raise ValueError(
                 f"{type(self.solver).__name__} fits the unweighted objective and the training "
@@ -524,6 +532,7 @@ class FullBatchModule(EvaluationModule):
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         full = self.train_batch
+        assert full is not None  # on_fit_start moved the training split here
         stats = self.solver.fit_step(full["features"], full["labels"], full["mask"])
         with torch.no_grad():
             loss = self.batch_loss(full)
@@ -535,7 +544,9 @@ class FullBatchModule(EvaluationModule):
             on_step=False,
             on_epoch=True,
         )
-        self.optimizers().step()  # moves nothing; advances the step count checkpointing keys on
+        # configure_optimizers gives one optimizer, which Lightning hands back alone
+        optimizer = cast(LightningOptimizer, self.optimizers())
+        optimizer.step()  # moves nothing; advances the step count checkpointing keys on
         if self.solver.converged:
             self.trainer.should_stop = True
             log.info(

@@ -213,7 +213,7 @@ class TestSamplerSteps:
         tables = query_tables(labels, mask, delta=delta, ndcg_k=5, dtype=torch.float64)
         walk = _walk_tables(tables, scores)
         g = torch.Generator().manual_seed(2)
-        state = _restart(walk, tables, 8, 0.0, g)
+        state, inverse = _restart(walk, tables, 8, 0.0, g)
         first, second, valid = sample_pairs(labels, mask, 8, generator=g)
         moved = valid & (first != second)
 
@@ -222,9 +222,10 @@ class TestSamplerSteps:
             return linear + (s[2] if target == "convex" else 0.0)
 
         def after(log_uniform, accept):
-            copy = [x.clone() if x is not None else None for x in state]
-            _step(walk, tables, copy, first.view(6, 8), second.view(6, 8), log_uniform, accept,
-                  target)  # fmt: skip
+            copy = [x.clone() for x in state]
+            copy_inverse = None if inverse is None else inverse.clone()
+            _step(walk, tables, copy, copy_inverse, first.view(6, 8), second.view(6, 8),
+                  log_uniform, accept, target)  # fmt: skip
             return copy
 
         proposed = after(torch.full((6, 8), -1e9, dtype=torch.float64), "all")
