@@ -34,7 +34,7 @@ import functools
 import io
 import re
 import sys
-import threading
+import tempfile
 import warnings
 from os import PathLike
 from pathlib import Path
@@ -91,7 +91,6 @@ _FILE_OPTIONS = (
     "_target_", "root", "fold", "format", "label_column", "qid_column", "feature_columns",
     "docid_column", "cache_dir", "verify_cache_hash",
 )  # fmt: skip
-_COMPOSE_LOCK = threading.Lock()
 
 
 @functools.cache
@@ -462,8 +461,6 @@ class Ranker(_Estimator):
         return self
 
     def _new_run_folder(self) -> Path:
-        import tempfile
-
         parent = Path(self.output_dir).expanduser()  # type: ignore[arg-type]
         parent.mkdir(parents=True, exist_ok=True)
         return Path(tempfile.mkdtemp(prefix="ranker-", dir=parent))
