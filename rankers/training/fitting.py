@@ -1,13 +1,14 @@
 """Training a module on a data module as a library call: the best validation epoch's weights
 kept in memory, no checkpoint file, no logger, no console of a run, and the caller's process
-left as it was found (random generators, torch's determinism flags, the interrupt handler).
+left as it was found (random generators, torch's determinism flags and threads, warning filters,
+the interrupt handler).
 :class:`differank.Ranker` fits through it; ``python train.py`` runs the whole run layer instead.
 
 Public API::
 
     fit_in_memory(build_module, datamodule, *, max_epochs, seed, monitor=None, mode="max",
                   patience=None, accelerator="auto", precision="32-true", deterministic=True,
-                  callbacks=(), verbose=False) -> FitResult
+                  callbacks=(), verbose=False, threads=None) -> FitResult
     FitResult(module, best_epoch, best_score, epochs, history)   # module: the kept weights
 """
 
