@@ -191,13 +191,8 @@ def main() -> None:
     }
     doors = command_doors(args.repeats)
     command = f"python benchmarks/doors.py --repeats {args.repeats}"
-    text = (
-        f"# The doors' cost\n\nCommand: `{command}`\n\n{report(fits, doors, args.repeats)}\n"
-        + measure.metadata_line(measure.run_metadata())
-    )
-    print(text, end="")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    text = f"# The doors' cost\n\nCommand: `{command}`\n\n{report(fits, doors, args.repeats)}"
+    measure.publish(text, args.out)
 
 
 if __name__ == "__main__":

@@ -84,17 +84,12 @@ def main() -> None:
     from differank.datamodules.download import data_home
 
     body = table(mq2008_folds(data_home() / "MQ2008"), lightgbm_rank(data_home() / "lightgbm_rank"))
-    text = (
+    measure.publish(
         "# Ranker defaults, chosen on validation\n\nCommand: `python benchmarks/ranker_defaults.py`"
         "\n\nThe first row is the default; a row replaces it only if it validates higher on both "
-        "datasets. Test columns are reported, never used to choose.\n\n"
-        + body
-        + "\n"
-        + measure.metadata_line(measure.run_metadata())
+        "datasets. Test columns are reported, never used to choose.\n\n" + body,
+        args.out,
     )
-    print(text, end="")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
 
 
 if __name__ == "__main__":

@@ -243,7 +243,7 @@ def read_letor_file(path, *, cache_dir=None, verify_hash: bool = False) -> Letor
         same_stat = _same_stat(cached, stat)
         if same_stat and not verify_hash:
             return cached
-        if _file_sha256(path) == cached.meta["sha256"]:
+        if file_sha256(path) == cached.meta["sha256"]:
             if not same_stat:
                 cached.meta.update(size=stat.st_size, mtime_ns=stat.st_mtime_ns)
                 cache.write_meta(entry, cached.meta)
@@ -789,7 +789,8 @@ def _load_entry(entry: Path, path: Path) -> LetorFile | None:
     return None if loaded is None else LetorFile(path=path, meta=loaded[1], **loaded[0])
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file's bytes, read in chunks (never the whole file at once)."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         while piece := handle.read(_CHUNK):

@@ -41,10 +41,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from differank.datamodules.reader import available_memory_bytes
+from differank.datamodules.reader import available_memory_bytes, file_sha256
 from differank.datamodules.regular_files import require_regular_file
 
-_HASH_CHUNK = 2**20
 # Address space a child may reserve beyond the free memory: thread stacks and malloc arenas
 # (OpenMP's threads) reserve space they never touch
 _CHILD_HEADROOM = 2 * 2**30
@@ -84,15 +83,6 @@ class Teacher:
     def score(self, split) -> np.ndarray:
         """float64 [rows]: the teacher's score of every row of ``split`` (raw features)."""
         raise NotImplementedError
-
-
-def file_sha256(path: Path) -> str:
-    """The sha256 of a file's bytes, read in chunks (a teacher checkpoint may be large)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def score_every_row(scorer: torch.nn.Module, split) -> np.ndarray:

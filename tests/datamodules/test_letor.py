@@ -411,7 +411,7 @@ def test_file_sha256_comes_from_the_cache(s_files, monkeypatch):
     dm = module(s_files)
     expected = [hashlib.sha256(p.read_bytes()).hexdigest() for p in dm.split_files("train")]
     dm.setup()
-    monkeypatch.setattr(reader, "_file_sha256", no_rehash)
+    monkeypatch.setattr(reader, "file_sha256", no_rehash)
     assert dm.file_sha256("train") == expected
 
 

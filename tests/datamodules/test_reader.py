@@ -341,8 +341,8 @@ def test_same_content_with_a_new_mtime_is_rehashed_not_reparsed(tmp_path, monkey
     read(path)
     os.utime(path, ns=(1, 1))
     hashed = []
-    real_hash = reader._file_sha256
-    monkeypatch.setattr(reader, "_file_sha256", lambda p: hashed.append(p) or real_hash(p))
+    real_hash = reader.file_sha256
+    monkeypatch.setattr(reader, "file_sha256", lambda p: hashed.append(p) or real_hash(p))
     monkeypatch.setattr(letor_text, "scan", no_parsing)
     assert read(path).num_rows == 3 and len(hashed) == 1
     assert read(path).num_rows == 3 and len(hashed) == 1  # stat stored again: no re-hash
