@@ -7,8 +7,7 @@
 #   differank task=export export.format=solr ckpt_path=...
 #   differank.Ranker(max_epochs=1).fit(X, y, qid=q), predict, save, differank.load_ranker
 # Called by .ci/run (pinned); runs alone too: .ci/wheel_user.sh [PYTHON] (default python3).
-# The Ranker lines train from memory once the estimator's rewrite lands (issue #40); until then
-# the estimator looks for the clone's train.py and refuses an installed wheel.
+# Its environment and folders are temporary and removed when it exits.
 set -euo pipefail
 clone="$(cd "$(dirname "$0")/.." && pwd)"
 python="${1:-python3}"
@@ -16,6 +15,8 @@ export LETOR_DIR="${LETOR_DIR:-$clone/../shared/data}"  # CI keeps the data besi
 unset PYTHONPATH  # the installed wheel, never a checkout's src/
 
 environment="$(mktemp -d)"
+user_folder="$(mktemp -d)"
+trap 'rm -rf "$environment" "$user_folder"' EXIT
 "$python" -m venv "$environment/venv"
 # shellcheck disable=SC1091
 source "$environment/venv/bin/activate"
@@ -23,7 +24,7 @@ python -m pip install --quiet --upgrade pip
 pip wheel --quiet --no-deps --wheel-dir "$environment/wheels" "$clone"
 pip install --quiet "$environment"/wheels/differank-*.whl -c "$clone/constraints.txt"
 
-cd "$(mktemp -d)"  # the user's own folder, outside the clone
+cd "$user_folder"  # the user's own folder, outside the clone
 python -c 'import differank, sys; assert "site-packages" in differank.__file__, differank.__file__'
 differank data=mq2008 loss=listnet trainer.max_epochs=1 quiet=true hydra.run.dir=fit
 test -s fit/test_metrics.json
