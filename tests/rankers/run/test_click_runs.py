@@ -55,7 +55,7 @@ def test_a_simulated_log_trains_the_model_the_online_simulation_trains(tmp_path)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["cascade", "dcm", "ubm", "trust"])
+@pytest.mark.parametrize("model", ["cascade", "dcm", "ubm", "trust", "cbcm"])
 def test_every_click_model_trains_and_is_tested_on_the_true_labels(tmp_path, model):
     metrics = differank.run([*RUN, *clicks(model)], output_dir=tmp_path).test_metrics
     assert 0 < metrics["map"] <= 1
