@@ -123,3 +123,28 @@ def cbcm_oracle(labels, max_label, viewport, comparison, after_click, after_skip
 
     walk(0, 1.0, [])
     return rates, examined, sessions
+
+
+def cbcm_walk(model, labels, mask, uniforms):
+    """The CBCM walked viewport by viewport, slot by slot, from the same uniforms [B, L, 2] as
+    ``ComparisonClickModel.sample``: in a read viewport slot k is clicked when u[k, 0] < q_k
+    (its α times (α / the viewport's best α)^κ); then the user goes on when the viewport's first
+    slot's u[., 1] is below λ (a click in it) or γ (none), else stops."""
+    attractive = model.attractiveness(labels, mask)
+    batch, length = labels.shape
+    clicks = [[0.0] * length for _ in range(batch)]
+    for b in range(batch):
+        for start in range(0, length, model.viewport):
+            members = range(start, min(start + model.viewport, length))
+            best = max(float(attractive[b, k]) for k in members)
+            clicked = False
+            for k in members:
+                alpha = float(attractive[b, k])
+                q = 0.0 if best == 0 else alpha * (alpha / best) ** model.comparison
+                if float(uniforms[b, k, 0]) < q:
+                    clicks[b][k] = 1.0
+                    clicked = True
+            go_on = model.after_click if clicked else model.after_skip
+            if not float(uniforms[b, start, 1]) < go_on:
+                break
+    return clicks

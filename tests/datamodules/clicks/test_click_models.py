@@ -20,6 +20,7 @@ from differank.datamodules.clicks.ubm import UserBrowsingModel
 from differank.rankers.run.runs import compose_config
 from tests.oracles_clicks import (
     cbcm_oracle,
+    cbcm_walk,
     pbm_oracle,
     scan_oracle,
     trust_oracle,
@@ -213,6 +214,16 @@ def test_cbcm_session_probabilities_are_the_oracle_s_exactly_and_sampled_as_ofte
             frequency = seen.get(vector, 0) / SESSIONS
             tolerance = 5 * math.sqrt(p * (1 - p) / SESSIONS) + 1e-9
             assert abs(frequency - p) <= tolerance, (name, q, vector, frequency, p)
+
+
+@pytest.mark.parametrize("name", CBCMS)
+def test_the_loop_free_cbcm_clicks_as_the_step_by_step_walk(name):
+    model = MODELS[name]()
+    labels, mask = LABELS.repeat(300, 1), MASK.repeat(300, 1)
+    uniforms = torch.rand(*labels.shape, 2, generator=torch.Generator().manual_seed(13))
+    clicks = model.sample(labels, mask, uniforms)
+    assert clicks.tolist() == cbcm_walk(model, labels, mask, uniforms)
+    assert clicks.sum(1).max() > 1  # sessions with several clicks are covered
 
 
 def test_cbcm_session_probability_is_zero_for_a_click_on_padding():
