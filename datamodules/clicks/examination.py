@@ -66,16 +66,6 @@ def _baidu(length: int) -> torch.Tensor:
     return torch.tensor(_BAIDU[:length], dtype=torch.float64)
 
 
-def _no_browsing_table(name: str) -> Callable[[int], torch.Tensor]:
-    def refuse(length: int) -> torch.Tensor:
-        raise ValueError(
-            f"examination={name} is a curve by position; the user-browsing model needs a table "
-            "by position and distance to the last click: use eye_tracking or inverse"
-        )
-
-    return refuse
-
-
 def _ubm_eye_tracking(length: int) -> torch.Tensor:
     if length > len(_UBM_TABLE):
         raise ValueError(
@@ -93,12 +83,14 @@ def _ubm_inverse(length: int) -> torch.Tensor:
     return (1.0 / distance).expand(length, length).clone()
 
 
-# name -> (position curve [K], user-browsing table [K, K]: [k, d - 1])
-EXAMINATION_CURVES: dict[str, tuple[Callable[[int], torch.Tensor], Callable[[int], torch.Tensor]]]
+# name -> (position curve [K], user-browsing table [K, K]: [k, d - 1], or None: a measured
+# curve by position only)
+_Curve = Callable[[int], torch.Tensor]
+EXAMINATION_CURVES: dict[str, tuple[_Curve, _Curve | None]]
 EXAMINATION_CURVES = {
     "eye_tracking": (_eye_tracking, _ubm_eye_tracking),
     "inverse": (_inverse, _ubm_inverse),
-    "baidu": (_baidu, _no_browsing_table("baidu")),
+    "baidu": (_baidu, None),
 }
 
 
@@ -176,10 +168,13 @@ def browsing_table(kind: str | Sequence[float], length: int, eta: float) -> torc
         tensor([[1.0000, 0.5000],
                 [1.0000, 0.5000]], dtype=torch.float64)
     """
-    if not isinstance(kind, str):
+    table = None
+    if isinstance(kind, str):
+        _check(kind, length, eta)
+        table = EXAMINATION_CURVES[kind][1]
+    if table is None:
         raise ValueError(
-            "a vector examination curve is by position; the user-browsing model needs a table "
+            f"examination={kind!r} is a curve by position; the user-browsing model needs a table "
             "by position and distance to the last click: use eye_tracking or inverse"
         )
-    _check(kind, length, eta)
-    return EXAMINATION_CURVES[kind][1](length) ** eta
+    return table(length) ** eta

@@ -280,6 +280,8 @@ def test_baidu_s_measured_curve_is_the_published_values_and_refuses_longer_lists
         PositionBasedModel(max_label=MAX_LABEL, examination="baidu", positions=6)
     with pytest.raises(ValueError, match="user-browsing model needs a table"):
         UserBrowsingModel(max_label=MAX_LABEL, examination="baidu", positions=5)
+    with pytest.raises(ValueError, match="user-browsing model needs a table"):
+        UserBrowsingModel(max_label=MAX_LABEL, examination=[1.0, 0.5], positions=2)
 
 
 def test_a_vector_examination_curve_is_used_as_given_and_raised_to_eta():
