@@ -83,3 +83,68 @@ def ubm_walk(model, labels, mask, uniforms):
                 clicks[b][k] = 1.0
                 last = k
     return clicks
+
+
+def cbcm_oracle(labels, max_label, viewport, comparison, after_click, after_skip, neg=0.1, pos=1.0):
+    """CBCM by enumerating every session: the user reads viewports of ``viewport`` positions from
+    the top; in a read viewport each document is clicked independently with
+    q_k = α_k (α_k / max of α in its viewport)^κ; then the user goes on (λ after a viewport with
+    a click, γ after one without) or stops. Returns ``(rates, examined, sessions)``, sessions
+    mapping every possible click vector (a tuple of 0/1) to its exact probability."""
+    n = len(labels)
+    alpha = [click_probability(y, max_label, neg, pos) for y in labels]
+    starts = list(range(0, n, viewport))
+    q = [0.0] * n
+    for start in starts:
+        members = range(start, min(start + viewport, n))
+        best = max(alpha[k] for k in members)
+        for k in members:
+            q[k] = 0.0 if best == 0 else alpha[k] * (alpha[k] / best) ** comparison
+    rates, examined = [0.0] * n, [0.0] * n
+    sessions: dict[tuple, float] = {}
+
+    def walk(v, probability, clicks):
+        if v == len(starts) or probability == 0.0:  # stopped or past the end: a session
+            full = tuple(clicks + [0] * (n - len(clicks)))
+            sessions[full] = sessions.get(full, 0.0) + probability
+            return
+        members = list(range(starts[v], min(starts[v] + viewport, n)))
+        for pattern in itertools.product((0, 1), repeat=len(members)):
+            chance = probability
+            for k, c in zip(members, pattern, strict=True):
+                chance *= q[k] if c else 1 - q[k]
+            for k, c in zip(members, pattern, strict=True):
+                examined[k] += chance
+                rates[k] += chance * c
+            go_on = after_click if any(pattern) else after_skip
+            walk(v + 1, chance * go_on, clicks + list(pattern))  # goes on
+            stopped = tuple(clicks + list(pattern) + [0] * (n - len(clicks) - len(pattern)))
+            sessions[stopped] = sessions.get(stopped, 0.0) + chance * (1 - go_on)  # stops
+
+    walk(0, 1.0, [])
+    return rates, examined, sessions
+
+
+def cbcm_walk(model, labels, mask, uniforms):
+    """The CBCM walked viewport by viewport, slot by slot, from the same uniforms [B, L, 2] as
+    ``ComparisonClickModel.sample``: in a read viewport slot k is clicked when u[k, 0] < q_k
+    (its α times (α / the viewport's best α)^κ); then the user goes on when the viewport's first
+    slot's u[., 1] is below λ (a click in it) or γ (none), else stops."""
+    attractive = model.attractiveness(labels, mask)
+    batch, length = labels.shape
+    clicks = [[0.0] * length for _ in range(batch)]
+    for b in range(batch):
+        for start in range(0, length, model.viewport):
+            members = range(start, min(start + model.viewport, length))
+            best = max(float(attractive[b, k]) for k in members)
+            clicked = False
+            for k in members:
+                alpha = float(attractive[b, k])
+                q = 0.0 if best == 0 else alpha * (alpha / best) ** model.comparison
+                if float(uniforms[b, k, 0]) < q:
+                    clicks[b][k] = 1.0
+                    clicked = True
+            go_on = model.after_click if clicked else model.after_skip
+            if not float(uniforms[b, start, 1]) < go_on:
+                break
+    return clicks

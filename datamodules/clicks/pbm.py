@@ -11,6 +11,8 @@ ULTRA's ``PositionBiasedModel``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from differank.datamodules.clicks.base import ClickModel
@@ -18,7 +20,9 @@ from differank.datamodules.clicks.examination import examination_curve
 
 
 class PositionBasedModel(ClickModel):
-    """PBM (the module docstring); ``examination``: "eye_tracking" (default) or "inverse".
+    """PBM (the module docstring); ``examination``: "eye_tracking" (default), "inverse",
+    "baidu" or a vector of examination probabilities by position
+    (:func:`~differank.datamodules.clicks.examination.examination_curve`).
 
     Example:
         >>> model = PositionBasedModel(max_label=2, eta=1.0, positions=3)
@@ -34,7 +38,7 @@ class PositionBasedModel(ClickModel):
         *,
         max_label: float,
         eta: float = 1.0,
-        examination: str = "eye_tracking",
+        examination: str | Sequence[float] = "eye_tracking",
         positions: int = 10,
         neg_click_prob: float = 0.1,
         pos_click_prob: float = 1.0,

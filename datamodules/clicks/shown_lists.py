@@ -1,12 +1,16 @@
-"""What a production ranker shows: the top ``k`` documents of each query by its scores.
+"""What a production ranker shows: the top ``k`` documents of each query by its scores, or,
+for a stochastic ranker, the top ``k`` of a ranking drawn from the Plackett–Luce distribution
+of its scores at a temperature.
 
 Public API::
 
     top_k_rows(scores, query_rows, top_k) -> list[np.ndarray]   # rows of each list, top first
+    plackett_luce_rows(scores, query_rows, top_k, temperature, rng) -> list[np.ndarray]
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -22,13 +26,55 @@ def top_k_rows(scores, query_rows: Sequence[np.ndarray], top_k: int) -> list[np.
         >>> top_k_rows(scores, [np.array([0, 1, 2]), np.array([3, 4])], top_k=2)
         [array([1, 2]), array([3, 4])]
     """
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise ValueError(f"top_k must be a positive int (clicks.top_k), got {top_k!r}")
-    scores = np.asarray(scores, dtype=np.float64)
-    if not np.isfinite(scores).all():
-        raise ValueError("the production ranker gave a NaN or infinite score: it cannot rank")
+    scores = _checked(scores, top_k)
     shown = []
     for rows in query_rows:
         order = np.argsort(-scores[rows], kind="stable")[:top_k]
         shown.append(rows[order])
     return shown
+
+
+def plackett_luce_rows(
+    scores,
+    query_rows: Sequence[np.ndarray],
+    top_k: int,
+    temperature: float,
+    rng: np.random.Generator,
+) -> list[np.ndarray]:
+    """For each query, the rows of the top ``top_k`` of one ranking drawn from the
+    Plackett–Luce distribution of ``scores / temperature``: the first document is row d with
+    probability ``softmax(scores / T)_d``, the next from the rest likewise, and so on. Drawn as
+    the order of ``scores / T + Gumbel noise`` (the Gumbel-max trick; the same distribution as
+    drawing position by position), in float64. A high temperature shows nearly uniform
+    rankings, a low one nearly the deterministic top ``k``.
+
+    Example:
+        >>> scores = np.array([0.1, 0.9, 0.5, 0.3, 0.2])
+        >>> rows = [np.array([0, 1, 2]), np.array([3, 4])]
+        >>> [len(r) for r in plackett_luce_rows(scores, rows, 2, 1.0, np.random.default_rng(0))]
+        [2, 2]
+    """
+    scores = _checked(scores, top_k)
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not (math.isfinite(temperature) and temperature > 0)
+    ):
+        raise ValueError(
+            "clicks.production.temperature must be a finite number > 0 (null: show the "
+            f"deterministic top k), got {temperature!r}"
+        )
+    shown = []
+    for rows in query_rows:
+        keys = scores[rows] / temperature + rng.gumbel(size=len(rows))
+        shown.append(rows[np.argsort(-keys, kind="stable")[:top_k]])
+    return shown
+
+
+def _checked(scores, top_k: int) -> np.ndarray:
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ValueError(f"top_k must be a positive int (clicks.top_k), got {top_k!r}")
+    scores = np.asarray(scores, dtype=np.float64)
+    if not np.isfinite(scores).all():
+        raise ValueError("the production ranker gave a NaN or infinite score: it cannot rank")
+    return scores

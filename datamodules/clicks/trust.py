@@ -55,7 +55,7 @@ class TrustBiasModel(ClickModel):
         *,
         max_label: float,
         eta: float = 1.0,
-        examination: str = "eye_tracking",
+        examination: str | Sequence[float] = "eye_tracking",
         positions: int = 10,
         eps_plus: float | Sequence[float] | None = None,
         eps_minus: float | Sequence[float] | None = None,

@@ -48,7 +48,7 @@ def click_datamodule(cfg: DictConfig, datamodule):
     if clicks.get("model") is None:
         raise ValueError(
             f"clicks={cfg.clicks.get('name', '?')} has no click model to simulate with: choose "
-            "clicks=pbm|cascade|dcm|ubm|trust, or clicks.mode=offline with clicks.log=PATH"
+            "clicks=pbm|cascade|dcm|ubm|trust|cbcm, or clicks.mode=offline with clicks.log=PATH"
         )
     make_model = instantiate(clicks.model)  # a partial: the data and top_k complete it
     model = make_model(max_label=max(datamodule.label_levels), positions=int(clicks.top_k))
@@ -66,7 +66,7 @@ def simulate(cfg: DictConfig, run_dir: Path) -> Path:
     if clicks is None or clicks.get("model") is None or clicks.get("mode") != "online":
         raise ValueError(
             "task=simulate needs a click model simulating online: clicks=pbm|cascade|dcm|ubm|"
-            "trust (and clicks.mode=online)"
+            "trust|cbcm (and clicks.mode=online)"
         )
     passes = int(clicks.get("sessions_per_query", 1))
     if passes < 1:

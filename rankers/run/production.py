@@ -1,10 +1,14 @@
 """The production ranker of the semi-synthetic click protocol (as ULTRA's pipelines run it):
 a ranker trained on a small random sample of the training queries with their true labels
 (1 % by default; ULTRA trains a RankSVM on it), whose top k documents per training query are the
-lists users are shown.
+lists users are shown. Its strength is set by the share of queries it learns from
+(``clicks.production.fraction``: 0.001, 0.01, 0.1, ... as Niu et al. vary it), and it may be
+stochastic: ``clicks.production.temperature=T`` shows the top k of a Plackett–Luce draw from its
+scores / T instead of its deterministic top k.
 
 Public API::
 
+    sampled_queries(n_queries, fraction, seed) -> np.ndarray   # the queries it learns from
     production_scores(data, production, seed) -> float64 [N]   # a score per training row
     shown_lists(data, production, top_k, seed) -> list[np.ndarray]  # rows shown, top first
 """
@@ -24,7 +28,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
-from differank.datamodules.clicks.shown_lists import top_k_rows
+from differank.datamodules.clicks.shown_lists import plackett_luce_rows, top_k_rows
 from differank.datamodules.query_batches import QueryBatchSampler
 from differank.datamodules.split_tensors import QueryBatchDataset, SplitTensors
 
@@ -40,7 +44,8 @@ def sampled_queries(n_queries: int, fraction: float, seed: int) -> np.ndarray:
         >>> len(sampled_queries(471, 0.01, seed=0))
         5
     """
-    if not 0 < fraction <= 1:
+    is_number = isinstance(fraction, (int, float)) and not isinstance(fraction, bool)
+    if not (is_number and 0 < fraction <= 1):
         raise ValueError(
             f"clicks.production.fraction must be in (0, 1] (a share of the training queries), "
             f"got {fraction}"
@@ -134,7 +139,16 @@ def _score_rows(module, split) -> np.ndarray:
 
 
 def shown_lists(data, production: DictConfig, top_k: int, seed: int) -> list[np.ndarray]:
-    """The rows the production ranker shows for every served training query (top first)."""
+    """The rows the production ranker shows for every served training query (top first): its
+    top ``top_k``, or with ``production.temperature`` set the top ``top_k`` of one
+    Plackett–Luce ranking per query drawn from ``seed`` (its own stream, so the run's other
+    draws are unchanged)."""
+    temperature = production.get("temperature")
     scores = production_scores(data, production, seed)
     split = data.split_data("train")
-    return top_k_rows(scores, [split.query_rows[q] for q in split.queries], top_k)
+    query_rows = [split.query_rows[q] for q in split.queries]
+    if temperature is None:
+        return top_k_rows(scores, query_rows, top_k)
+    log.info("production ranker: Plackett-Luce rankings at temperature %g", temperature)
+    rng = np.random.default_rng([seed, 36])
+    return plackett_luce_rows(scores, query_rows, top_k, temperature, rng)

@@ -6,7 +6,7 @@ that names a task is short for ``task=TASK`` (``differank predict ckpt_path=...`
 ``differank task=predict ckpt_path=...``).
 
 ``task=fit`` (default) trains (resuming from ``ckpt_path``, e.g. ``RUN/checkpoints/last.ckpt``)
-and tests the best epoch (on clicks with ``clicks=pbm|cascade|dcm|ubm|trust``, docs/clicks.md);
+and tests the best epoch (on clicks with ``clicks=pbm|cascade|dcm|ubm|trust|cbcm``, docs/clicks.md);
 ``task=simulate`` writes the click log those sessions make (``RUN/clicks.npz``); ``task=test``
 tests the weights of ``ckpt_path``; ``task=predict`` scores the test split without metrics;
 ``task=export`` writes ``export/scorer.pt`` (TorchScript) and ``export/scorer.onnx`` from the

@@ -8,14 +8,25 @@ import math
 
 import pytest
 import torch
+from hydra.utils import instantiate
 
 from differank.datamodules.clicks.cascade import CascadeModel
+from differank.datamodules.clicks.cbcm import ComparisonClickModel
 from differank.datamodules.clicks.dcm import DependentClickModel
 from differank.datamodules.clicks.examination import browsing_table, examination_curve
 from differank.datamodules.clicks.pbm import PositionBasedModel
 from differank.datamodules.clicks.trust import TrustBiasModel
 from differank.datamodules.clicks.ubm import UserBrowsingModel
-from tests.oracles_clicks import pbm_oracle, scan_oracle, trust_oracle, ubm_oracle, ubm_walk
+from differank.rankers.run.runs import compose_config
+from tests.oracles_clicks import (
+    cbcm_oracle,
+    cbcm_walk,
+    pbm_oracle,
+    scan_oracle,
+    trust_oracle,
+    ubm_oracle,
+    ubm_walk,
+)
 
 MAX_LABEL = 2
 # three shown lists of 6 slots; the last has 4 documents (2 padding slots)
@@ -29,6 +40,9 @@ SESSIONS = 20_000
 def oracle_of(model, labels):
     """(rates, examination) of one list of real labels under ``model``'s parameters."""
     n = len(labels)
+    if isinstance(model, ComparisonClickModel):
+        rates, examined, _ = cbcm_of(model, labels)
+        return rates, examined
     if isinstance(model, TrustBiasModel):
         return trust_oracle(
             labels,
@@ -44,6 +58,20 @@ def oracle_of(model, labels):
     return ubm_oracle(labels, MAX_LABEL, model.gamma.tolist())
 
 
+def cbcm_of(model, labels):
+    """(rates, examined, sessions) of one list of real labels under a CBCM's parameters."""
+    return cbcm_oracle(
+        labels,
+        MAX_LABEL,
+        model.viewport,
+        model.comparison,
+        model.after_click,
+        model.after_skip,
+        model.neg_click_prob,
+        model.pos_click_prob,
+    )
+
+
 MODELS = {
     "pbm_eye_eta1": lambda: PositionBasedModel(max_label=MAX_LABEL, eta=1.0, positions=6),
     "pbm_inverse_eta2": lambda: PositionBasedModel(
@@ -54,6 +82,12 @@ MODELS = {
     "cascade_abandon": lambda: CascadeModel(max_label=MAX_LABEL, continuation=0.8, positions=6),
     "dcm": lambda: DependentClickModel(
         max_label=MAX_LABEL, continuation_after_click=[0.9, 0.8, 0.7, 0.6, 0.5, 0.4], positions=6
+    ),
+    "cbcm": lambda: ComparisonClickModel(
+        max_label=MAX_LABEL, viewport=2, continuation=0.9, positions=6
+    ),
+    "cbcm_wide_strong": lambda: ComparisonClickModel(
+        max_label=MAX_LABEL, viewport=3, comparison=2.0, continuation_after_click=0.7, positions=6
     ),
     "ubm_eye": lambda: UserBrowsingModel(max_label=MAX_LABEL, eta=1.0, positions=6),
     "ubm_inverse_eta2": lambda: UserBrowsingModel(
@@ -148,3 +182,155 @@ def test_the_loop_free_user_browsing_model_clicks_as_the_step_by_step_walk():
     clicks = model.sample(labels, mask, uniforms)
     assert clicks.tolist() == ubm_walk(model, labels, mask, uniforms)
     assert clicks.sum(1).max() > 1  # sessions with several clicks are covered
+
+
+CBCMS = ["cbcm", "cbcm_wide_strong"]
+
+
+@pytest.mark.parametrize("name", CBCMS)
+def test_cbcm_session_probabilities_are_the_oracle_s_exactly_and_sampled_as_often(name):
+    """Every session the oracle enumerates (a click vector of one list) has the model's exact
+    probability, the probabilities sum to 1, and the simulated sessions occur as often."""
+    model = MODELS[name]()
+    clicks = model.simulate(
+        LABELS.repeat(SESSIONS, 1), MASK.repeat(SESSIONS, 1), torch.Generator().manual_seed(11)
+    ).view(SESSIONS, *LABELS.shape)
+    for q in range(len(LABELS)):
+        n = int(MASK[q].sum())
+        _, _, sessions = cbcm_of(model, LABELS[q, :n].tolist())
+        assert math.isclose(sum(sessions.values()), 1.0, abs_tol=1e-12)
+        vectors = torch.zeros(len(sessions), LABELS.shape[1], dtype=torch.float64)
+        vectors[:, :n] = torch.tensor(list(sessions), dtype=torch.float64)
+        exact = model.session_probability(
+            LABELS[q].expand(len(sessions), -1), MASK[q].expand(len(sessions), -1), vectors
+        )
+        expected = torch.tensor(list(sessions.values()), dtype=torch.float64)
+        torch.testing.assert_close(exact, expected, rtol=1e-12, atol=1e-15)
+        seen: dict[tuple, int] = {}
+        for row in clicks[:, q, :n].to(torch.int64).tolist():
+            seen[tuple(row)] = seen.get(tuple(row), 0) + 1
+        assert set(seen) <= set(sessions), "a session the oracle says cannot happen"
+        for vector, p in sessions.items():
+            frequency = seen.get(vector, 0) / SESSIONS
+            tolerance = 5 * math.sqrt(p * (1 - p) / SESSIONS) + 1e-9
+            assert abs(frequency - p) <= tolerance, (name, q, vector, frequency, p)
+
+
+@pytest.mark.parametrize("name", CBCMS)
+def test_the_loop_free_cbcm_clicks_as_the_step_by_step_walk(name):
+    model = MODELS[name]()
+    labels, mask = LABELS.repeat(300, 1), MASK.repeat(300, 1)
+    uniforms = torch.rand(*labels.shape, 2, generator=torch.Generator().manual_seed(13))
+    clicks = model.sample(labels, mask, uniforms)
+    assert clicks.tolist() == cbcm_walk(model, labels, mask, uniforms)
+    assert clicks.sum(1).max() > 1  # sessions with several clicks are covered
+
+
+def test_cbcm_session_probability_is_zero_for_a_click_on_padding():
+    model = MODELS["cbcm"]()
+    clicks = torch.zeros_like(LABELS)
+    clicks[2, 5] = 1.0  # list 2 has four documents
+    assert model.session_probability(LABELS, MASK, clicks)[2] == 0
+
+
+def test_cbcm_without_comparison_in_viewports_of_one_is_the_dcm():
+    cbcm = ComparisonClickModel(
+        max_label=MAX_LABEL, viewport=1, comparison=0.0, continuation_after_click=0.6, positions=6
+    )
+    dcm = DependentClickModel(max_label=MAX_LABEL, continuation_after_click=0.6, positions=6)
+    torch.testing.assert_close(
+        cbcm.propensities(LABELS, MASK), dcm.propensities(LABELS, MASK), rtol=1e-12, atol=0
+    )
+    uniforms = torch.rand(*LABELS.shape, 2, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(cbcm.sample(LABELS, MASK, uniforms), dcm.sample(LABELS, MASK, uniforms))
+
+
+def test_cbcm_clicks_a_document_less_beside_a_better_one():
+    model = ComparisonClickModel(max_label=MAX_LABEL, viewport=2, comparison=1.0, positions=2)
+    labels = torch.tensor([[1.0, 2.0], [1.0, 0.0]], dtype=torch.float64)
+    read = model.click_given_read(labels, torch.ones(2, 2, dtype=torch.bool))
+    alpha = model.attractiveness(labels, torch.ones(2, 2))
+    # the label-1 document: beside a label-2 one its click falls by α(1)/α(2); beside a
+    # label-0 one it is the viewport's best and keeps α(1)
+    assert math.isclose(float(read[0, 0]), float(alpha[0, 0] ** 2 / alpha[0, 1]), rel_tol=1e-12)
+    assert math.isclose(float(read[1, 0]), float(alpha[1, 0]), rel_tol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"viewport": 0}, "viewport"),
+        ({"viewport": 1.5}, "viewport"),
+        ({"comparison": -1.0}, "comparison"),
+        ({"comparison": float("inf")}, "comparison"),
+        ({"continuation": 1.2}, "continuation"),
+        ({"continuation_after_click": -0.1}, "continuation_after_click"),
+    ],
+)
+def test_bad_cbcm_options_are_refused_with_the_option_named(options, message):
+    with pytest.raises(ValueError, match=message):
+        ComparisonClickModel(max_label=MAX_LABEL, **options)
+
+
+def test_baidu_s_measured_curve_is_the_published_values_and_refuses_longer_lists():
+    curve = examination_curve("baidu", 5, eta=1.0)
+    assert curve.tolist() == [1.0, 0.674, 0.414, 0.293, 0.208]
+    torch.testing.assert_close(examination_curve("baidu", 3, eta=2.0), curve[:3] ** 2)
+    with pytest.raises(ValueError, match=r"knows .* for 5 positions, the lists have 6.*vector"):
+        PositionBasedModel(max_label=MAX_LABEL, examination="baidu", positions=6)
+    with pytest.raises(ValueError, match="user-browsing model needs a table"):
+        UserBrowsingModel(max_label=MAX_LABEL, examination="baidu", positions=5)
+    with pytest.raises(ValueError, match="user-browsing model needs a table"):
+        UserBrowsingModel(max_label=MAX_LABEL, examination=[1.0, 0.5], positions=2)
+
+
+def test_a_vector_examination_curve_is_used_as_given_and_raised_to_eta():
+    vector = [1.0, 0.674, 0.414, 0.293, 0.208, 0.15, 0.1]
+    model = PositionBasedModel(max_label=MAX_LABEL, eta=2.0, examination=vector, positions=6)
+    expected = torch.tensor(vector[:6], dtype=torch.float64) ** 2
+    assert torch.equal(model.examination_by_position, expected)
+    _, examined = oracle_of(model, LABELS[0].tolist())
+    torch.testing.assert_close(
+        model.propensities(LABELS, MASK)[0], torch.tensor(examined, dtype=torch.float64)
+    )
+
+
+@pytest.mark.parametrize(
+    ("vector", "message"),
+    [
+        ([1.0, 0.5], r"clicks.propensity has 2 values, the lists have 3 positions"),
+        ([1.0, 0.0, 0.3], r"clicks.propensity\[1\] \(position 2\) is 0.0: .* \(0, 1\]"),
+        ([1.0, -0.2, 0.3], r"clicks.propensity\[1\] \(position 2\) is -0.2"),
+        ([1.0, float("nan"), 0.3], r"clicks.propensity\[1\] \(position 2\) is nan: .* finite"),
+        ([1.0, 0.5, float("inf")], r"clicks.propensity\[2\] \(position 3\) is inf"),
+        ([1.2, 0.5, 0.3], r"clicks.propensity\[0\] \(position 1\) is 1.2"),
+        ([1.0, "high", 0.3], r"clicks.propensity\[1\] \(position 2\) is 'high'"),
+        ([1.0, True, 0.3], r"clicks.propensity\[1\] \(position 2\) is True"),
+    ],
+)
+def test_a_bad_examination_vector_is_refused_naming_the_option_and_position(vector, message):
+    with pytest.raises(ValueError, match=message):
+        PositionBasedModel(max_label=MAX_LABEL, examination=vector, positions=3)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["clicks=pbm", "clicks.propensity=baidu", "clicks.top_k=5"], "baidu"),
+        (["clicks=trust", "clicks.propensity=[1,0.6,0.5]", "clicks.top_k=3"], [1.0, 0.6, 0.5]),
+        (["clicks=pbm", "clicks.model.examination=inverse", "clicks.top_k=2"], [1.0, 0.5]),
+    ],
+)
+def test_clicks_propensity_chooses_the_curve_from_the_command_line(tmp_path, overrides, expected):
+    cfg = compose_config(overrides, run_dir=tmp_path)
+    model = instantiate(cfg.clicks.model)(max_label=MAX_LABEL, positions=int(cfg.clicks.top_k))
+    if expected == "baidu":
+        expected = [1.0, 0.674, 0.414, 0.293, 0.208]
+    assert model.examination_by_position.tolist() == expected
+
+
+def test_clicks_cbcm_composes_into_the_comparison_click_model(tmp_path):
+    cfg = compose_config(["clicks=cbcm", "clicks.model.viewport=2"], run_dir=tmp_path)
+    model = instantiate(cfg.clicks.model)(max_label=MAX_LABEL, positions=int(cfg.clicks.top_k))
+    assert isinstance(model, ComparisonClickModel) and model.viewport == 2
+    assert cfg.clicks.mode == "online"

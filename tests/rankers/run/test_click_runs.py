@@ -4,14 +4,20 @@ click run's checkpoint restores under the usual trust rules."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import logging
+import math
 
+import numpy as np
 import pytest
 import torch
+from hydra.utils import instantiate
 
 import differank
 from differank.datamodules.clicks.click_log import read_click_log
-from differank.rankers.run.production import sampled_queries
+from differank.datamodules.clicks.shown_lists import plackett_luce_rows, top_k_rows
+from differank.rankers.run.production import production_scores, sampled_queries, shown_lists
 from differank.rankers.run.runs import compose_config
 from tests.conftest import TINY_DATA, run_config
 
@@ -55,7 +61,7 @@ def test_a_simulated_log_trains_the_model_the_online_simulation_trains(tmp_path)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["cascade", "dcm", "ubm", "trust"])
+@pytest.mark.parametrize("model", ["cascade", "dcm", "ubm", "trust", "cbcm"])
 def test_every_click_model_trains_and_is_tested_on_the_true_labels(tmp_path, model):
     metrics = differank.run([*RUN, *clicks(model)], output_dir=tmp_path).test_metrics
     assert 0 < metrics["map"] <= 1
@@ -79,12 +85,85 @@ def test_offline_without_a_log_and_simulate_without_a_model_are_refused(tmp_path
         run_config([*RUN, "task=simulate"], tmp_path / "b")
 
 
-def test_the_production_sample_is_the_asked_share_and_at_least_one_query():
-    assert len(sampled_queries(1000, 0.01, seed=0)) == 10
-    assert len(sampled_queries(40, 0.01, seed=0)) == 1
-    assert not (sampled_queries(1000, 0.01, 0) == sampled_queries(1000, 0.01, 1)).all()
-    with pytest.raises(ValueError, match="clicks.production.fraction"):
-        sampled_queries(10, 0.0, 0)
+@pytest.mark.parametrize(
+    ("n_queries", "fraction", "count"),
+    [(1000, 0.001, 1), (1000, 0.01, 10), (1000, 0.1, 100), (1000, 1, 1000), (40, 0.001, 1)],
+)
+def test_the_production_sample_is_the_asked_share_and_at_least_one_query(
+    n_queries, fraction, count
+):
+    chosen = sampled_queries(n_queries, fraction, seed=0)
+    assert len(chosen) == count and len(set(chosen.tolist())) == count
+    assert (np.diff(chosen) > 0).all() and 0 <= chosen.min() and chosen.max() < n_queries
+    if count < n_queries:
+        assert not np.array_equal(chosen, sampled_queries(n_queries, fraction, seed=1))
+
+
+@pytest.mark.parametrize("fraction", [0.0, -0.1, 1.5, float("nan"), True, "0.1"])
+def test_a_production_fraction_outside_0_1_is_refused_naming_the_option(fraction):
+    with pytest.raises(ValueError, match=r"clicks.production.fraction must be in \(0, 1\]"):
+        sampled_queries(10, fraction, 0)
+
+
+def test_the_production_ranker_learns_from_the_asked_number_of_queries(tmp_path, caplog):
+    cfg = compose_config([*RUN, *clicks("pbm"), "clicks.production.fraction=0.1"], run_dir=tmp_path)
+    with caplog.at_level(logging.INFO, logger="differank.rankers.run.production"):
+        production_scores(instantiate(cfg.data), cfg.clicks.production, seed=0)
+    assert "trained on 4 of 40 training queries" in caplog.text
+
+
+def test_plackett_luce_draws_match_the_model_s_probabilities_in_float64():
+    """First positions as often as softmax(scores / T); (first, second) pairs as often as
+    p_i · p_j / (1 − p_i): each within 5 standard errors over 100,000 draws."""
+    scores = np.array([2.0, 1.0, 0.5, 0.0, -1.0])
+    temperature, draws = 0.7, 100_000
+    rows = [np.arange(len(scores))] * draws
+    shown = np.stack(plackett_luce_rows(scores, rows, 2, temperature, np.random.default_rng(4)))
+    weights = np.exp((scores - scores.max()) / temperature)
+    first = weights / weights.sum()
+    for i, p in enumerate(first):
+        observed = float(np.mean(shown[:, 0] == i))
+        assert abs(observed - p) <= 5 * math.sqrt(p * (1 - p) / draws), (i, observed, p)
+    for i, j in itertools.permutations(range(len(scores)), 2):
+        p = first[i] * first[j] / (1 - first[i])
+        observed = float(np.mean((shown[:, 0] == i) & (shown[:, 1] == j)))
+        assert abs(observed - p) <= 5 * math.sqrt(p * (1 - p) / draws) + 1e-12, (i, j, observed)
+
+
+def test_a_cold_plackett_luce_ranker_shows_the_top_k_and_a_warm_one_other_lists():
+    rng = np.random.default_rng(0)
+    scores = rng.normal(size=60)
+    rows = [np.arange(q * 12, q * 12 + 12) for q in range(5)]
+    top = top_k_rows(scores, rows, 4)
+    cold = plackett_luce_rows(scores, rows, 4, 1e-6, np.random.default_rng(1))
+    warm = plackett_luce_rows(scores, rows, 4, 5.0, np.random.default_rng(1))
+    again = plackett_luce_rows(scores, rows, 4, 5.0, np.random.default_rng(1))
+    assert all(np.array_equal(a, b) for a, b in zip(top, cold, strict=True))
+    assert not all(np.array_equal(a, b) for a, b in zip(top, warm, strict=True))
+    assert all(np.array_equal(a, b) for a, b in zip(warm, again, strict=True))
+    for shown, query in zip(warm, rows, strict=True):
+        assert len(set(shown.tolist())) == 4 and set(shown.tolist()) <= set(query.tolist())
+
+
+@pytest.mark.parametrize("temperature", [0.0, -1.0, float("inf"), float("nan"), "hot"])
+def test_a_bad_production_temperature_is_refused_naming_the_option(temperature):
+    with pytest.raises(ValueError, match="clicks.production.temperature must be a finite"):
+        plackett_luce_rows(np.zeros(3), [np.arange(3)], 2, temperature, np.random.default_rng())
+
+
+def test_a_stochastic_production_ranker_shows_plackett_luce_lists_in_a_click_run(tmp_path):
+    overrides = [*RUN, *clicks("pbm"), "clicks.production.max_epochs=1"]
+    cfg = compose_config([*overrides, "clicks.production.temperature=2.0"], run_dir=tmp_path)
+    assert compose_config(overrides, run_dir=tmp_path).clicks.production.temperature is None
+    data = instantiate(cfg.data)
+    stochastic = shown_lists(data, cfg.clicks.production, 6, seed=0)
+    assert all(len(rows) <= 6 for rows in stochastic)
+    again = shown_lists(data, cfg.clicks.production, 6, seed=0)
+    assert all(np.array_equal(a, b) for a, b in zip(stochastic, again, strict=True))
+    cfg.clicks.production.temperature = None
+    deterministic = shown_lists(data, cfg.clicks.production, 6, seed=0)
+    assert len(deterministic) == len(stochastic) == 40
+    assert not all(np.array_equal(a, b) for a, b in zip(deterministic, stochastic, strict=True))
 
 
 def test_whole_or_absent_simulate_refuses_an_existing_log_unless_overwrite(tmp_path):
