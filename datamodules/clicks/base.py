@@ -71,13 +71,16 @@ class ClickModel(ABC):
         float32 rounding of the click probabilities), or from the labels' device's default
         generator without one."""
         self._check(labels, mask)
+        source = labels.device if generator is None else generator.device
         uniforms = torch.rand(
             (*labels.shape, self.draws_per_slot),
             generator=generator,
-            device=labels.device if generator is None else generator.device,
+            device=source,
             dtype=torch.float32,
-        ).to(labels.device)
-        return self.sample(labels, mask.bool(), uniforms)
+            # pinned, the copy to the GPU does not wait for the GPU's queued work
+            pin_memory=source.type == "cpu" and labels.device.type == "cuda",
+        )
+        return self.sample(labels, mask.bool(), uniforms.to(labels.device, non_blocking=True))
 
     def propensities(self, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """P(examined) of every slot of these lists [B, L], 1 at padding (never 0: a division
