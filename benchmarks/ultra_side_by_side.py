@@ -248,22 +248,23 @@ def differank_step(data, rows):
     )
     optimizer = module.make_optimizer(module.parameters())
     loader = clicks.train_dataloader()
-    batches = iter(())
+    batches = iter(())  # (index, batch) of the current epoch
+    epoch = -1
 
     def step(batch=None):
-        nonlocal batches
+        nonlocal batches, epoch
         if batch is None:
-            batch = next(batches, None)
+            index, batch = next(batches, (None, None))
             if batch is None:
-                batches = iter(loader)
-                batch = next(batches)
-            batch = clicks.click_batch(batch)
+                batches, epoch = enumerate(loader), epoch + 1
+                index, batch = next(batches)
+            batch = clicks.click_batch(batch, epoch=epoch, batch_index=index)
         loss = module.training_step(batch, 0)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
 
-    fixed = clicks.click_batch(next(iter(loader)))
+    fixed = clicks.click_batch(next(iter(loader)), epoch=0, batch_index=0)
     return step, partial(step, fixed), sum(p.numel() for p in module.parameters())
 
 

@@ -3,7 +3,8 @@ per-device copies of its position parameters.
 
 A click model turns the true labels of shown lists (``labels`` [B, L], slot ``k`` shown at
 0-based position ``k``; ``mask`` [B, L] the real slots) into sampled clicks, batched, on the
-labels' device, with every draw taken from a ``torch.Generator`` (so a seed fixes the clicks):
+labels' device, with every draw taken from a ``torch.Generator`` (so a seed fixes the clicks; a
+CPU generator gives the same uniforms whatever the labels' device):
 
     model.simulate(labels, mask, generator=None) -> clicks [B, L] in {0, 1}, 0 at padding
     model.propensities(labels, mask) -> [B, L]: P(slot k is examined), 1 at padding
@@ -65,15 +66,21 @@ class ClickModel(ABC):
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         """Clicks [B, L] (the labels' floating dtype, 0/1, 0 at padding) of one session per
-        list; the uniforms come from ``generator`` (on the labels' device)."""
+        list; the uniforms come from ``generator``, drawn on its device and moved to the labels'
+        (a CPU generator gives the same uniforms on every device, so the same clicks up to the
+        float32 rounding of the click probabilities), or from the labels' device's default
+        generator without one."""
         self._check(labels, mask)
+        source = labels.device if generator is None else generator.device
         uniforms = torch.rand(
             (*labels.shape, self.draws_per_slot),
             generator=generator,
-            device=labels.device,
+            device=source,
             dtype=torch.float32,
+            # pinned, the copy to the GPU does not wait for the GPU's queued work
+            pin_memory=source.type == "cpu" and labels.device.type == "cuda",
         )
-        return self.sample(labels, mask.bool(), uniforms)
+        return self.sample(labels, mask.bool(), uniforms.to(labels.device, non_blocking=True))
 
     def propensities(self, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """P(examined) of every slot of these lists [B, L], 1 at padding (never 0: a division

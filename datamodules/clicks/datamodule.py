@@ -8,7 +8,10 @@ split is replaced (``LetorDataModule.replace_training_lists``) by
 * online (``ClickDataModule.simulated``): the shown lists, one per training query, the top k of
   a production ranker in shown order, with their TRUE labels; every training batch gets one
   fresh session per list, sampled by the click model in ``on_after_batch_transfer`` (on the
-  device the model trains on) from a generator seeded by ``(seed, batch number)``;
+  device the model trains on) from uniforms drawn on the CPU by a generator keyed by ``(seed,
+  epoch, batch index)`` (:func:`session_seed`): a batch's sessions depend on those three numbers
+  alone, so a run resumed from ``last.ckpt`` draws the sessions the uninterrupted run drew, on
+  any device;
 * offline (``ClickDataModule.logged``): the sessions of a click log
   (:mod:`~differank.datamodules.clicks.click_log`), one list per session, their clicks in the
   labels' place; the same every epoch. A log that records the fingerprints of the data it was
@@ -32,6 +35,8 @@ epoch, step by step.
 from __future__ import annotations
 
 import hashlib
+import numbers
+import warnings
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -45,15 +50,36 @@ from differank.datamodules.normalization import apply_zscore
 from differank.datamodules.split_tensors import SplitTensors
 
 
-def batch_seed(seed: int, batch_number: int) -> int:
-    """The click generator's seed for the ``batch_number``-th training batch of a run (from
-    0): independent streams per batch, whatever the device.
+def session_seed(seed: int, epoch: int, batch_index: int) -> int:
+    """The click generator's seed for training batch ``batch_index`` (from 0) of epoch
+    ``epoch`` (from 0) of a run seeded ``seed``: a stable hash of the three numbers (NumPy's
+    ``SeedSequence``), so the sessions of a batch never depend on how many batches this process
+    drew before it (a resumed run continues the uninterrupted one).
 
     Example:
-        >>> batch_seed(0, 1) == batch_seed(0, 1) != batch_seed(0, 2)
+        >>> session_seed(0, 1, 2) == session_seed(0, 1, 2) != session_seed(0, 2, 1)
         True
     """
-    state = np.random.SeedSequence([seed, batch_number]).generate_state(2, np.uint32)
+    return _hashed_seed(seed, epoch, batch_index)
+
+
+def batch_seed(seed: int, batch_number: int) -> int:
+    """Deprecated: the seed of the ``batch_number``-th batch drawn by a process, which online
+    clicks no longer use (a resumed run redrew its first batches' sessions); see
+    :func:`session_seed`."""
+    warnings.warn(
+        "batch_seed(seed, batch_number) is deprecated and no longer seeds online clicks: they "
+        "are keyed by session_seed(seed, epoch, batch_index)",
+        FutureWarning,
+        stacklevel=2,
+    )
+    return _hashed_seed(seed, batch_number)
+
+
+def _hashed_seed(*keys: int) -> int:
+    """A ``torch.Generator`` seed hashed from ``keys`` (NumPy's ``SeedSequence``, stable across
+    versions and platforms)."""
+    state = np.random.SeedSequence(list(keys)).generate_state(2, np.uint32)
     return int(state[0]) << 31 | int(state[1]) >> 1  # 62 bits: manual_seed takes a signed int64
 
 
@@ -78,8 +104,7 @@ class ClickDataModule(pl.LightningDataModule):
         self.log = log
         self.seed = int(seed)
         self.clicks_mode = "online" if click_model is not None else "offline"
-        self.batches_drawn = 0  # training batches given clicks so far (seeds the next one)
-        self._generators: dict[torch.device, torch.Generator] = {}
+        self.batches_drawn = 0  # batches given clicks without their keys (deprecated calls)
         self._log_columns: dict[torch.device, dict[str, torch.Tensor]] = {}
         data.replace_training_lists(training_lists)
 
@@ -166,17 +191,43 @@ class ClickDataModule(pl.LightningDataModule):
         trainer = self.trainer
         if trainer is None or not trainer.training:
             return batch
-        return self.click_batch(batch)
+        # Lightning counts the batch being transferred only after this hook: its index in the
+        # epoch is the last counted one's + 1 (as Lightning's training loop computes batch_idx)
+        batch_index = trainer.fit_loop.epoch_loop.batch_idx + 1
+        return self.click_batch(batch, epoch=trainer.current_epoch, batch_index=batch_index)
 
-    def click_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def click_batch(
+        self,
+        batch: dict[str, torch.Tensor],
+        *,
+        epoch: int | None = None,
+        batch_index: int | None = None,
+    ) -> dict[str, torch.Tensor]:
         """A training batch of the served lists as the click batch contract (module docstring):
-        the next session sampled (online) or the logged one (offline); ``labels`` removed."""
+        online, the session of training batch ``batch_index`` of ``epoch`` (both from 0; the
+        same whatever was drawn before, :func:`session_seed`); offline, the logged one (the
+        keys are not used). ``labels`` removed."""
         batch = dict(batch)
         labels, mask = batch.pop("labels"), batch["mask"]
         if self.click_model is not None:
-            generator = self._generator(mask.device)
-            generator.manual_seed(batch_seed(self.seed, self.batches_drawn))
-            self.batches_drawn += 1
+            if epoch is None or batch_index is None:
+                warnings.warn(
+                    "click_batch(batch) without epoch= and batch_index= is deprecated: the "
+                    "batch is keyed as the next of epoch 0 drawn by this data module; pass "
+                    "the batch's epoch and index in it (from 0)",
+                    FutureWarning,
+                    stacklevel=2,
+                )
+                epoch, batch_index = 0, self.batches_drawn
+                self.batches_drawn += 1
+            for name, value in (("epoch", epoch), ("batch_index", batch_index)):
+                if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+                    raise ValueError(
+                        f"click_batch: {name} must be an int >= 0 (counted from 0), got {value!r}"
+                    )
+            # drawn on the CPU, whatever the training device: the same uniforms on any device
+            key = session_seed(self.seed, int(epoch), int(batch_index))
+            generator = torch.Generator().manual_seed(key)
             batch["clicks"] = self.click_model.simulate(labels, mask, generator).float()
             batch["propensities"] = self.click_model.propensities(labels, mask).float()
             slots = torch.arange(mask.shape[1], device=mask.device).expand(mask.shape)
@@ -197,13 +248,8 @@ class ClickDataModule(pl.LightningDataModule):
             raise ValueError("sessions are simulated: this data module reads a click log")
         loader = self._wrapped().train_dataloader()
         for epoch in range(passes):
-            for batch in loader:
-                yield epoch, batch, self.click_batch(batch)
-
-    def _generator(self, device: torch.device) -> torch.Generator:
-        if device not in self._generators:
-            self._generators[device] = torch.Generator(device)
-        return self._generators[device]
+            for index, batch in enumerate(loader):
+                yield epoch, batch, self.click_batch(batch, epoch=epoch, batch_index=index)
 
     def _log_on(self, device: torch.device) -> dict[str, torch.Tensor]:
         """The log's per-row columns on ``device`` (copied once)."""

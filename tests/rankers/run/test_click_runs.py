@@ -1,6 +1,7 @@
 """Click runs end to end through train.py: every click model trains and is tested on the true
-labels; a log written by task=simulate trains exactly the model of the online simulation; a
-click run's checkpoint restores under the usual trust rules."""
+labels; a log written by task=simulate trains exactly the model of the online simulation; an
+online run resumed from last.ckpt ends bit for bit like the uninterrupted one; a click run's
+checkpoint restores under the usual trust rules."""
 
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ def clicks(model: str) -> list[str]:
     return [f"clicks={model}", "clicks.top_k=6"]
 
 
-def weights(run_dir):
-    state = torch.load(run_dir / "checkpoints" / "best.ckpt", weights_only=True)["state_dict"]
+def weights(run_dir, checkpoint="best.ckpt"):
+    state = torch.load(run_dir / "checkpoints" / checkpoint, weights_only=True)["state_dict"]
     return {key: value for key, value in state.items() if key.startswith("ranker.")}
 
 
@@ -58,6 +59,29 @@ def test_a_simulated_log_trains_the_model_the_online_simulation_trains(tmp_path)
     reseeded = [*RUN, "seed=4", *clicks("pbm"), "clicks.eta=2"]
     other = differank.run(reseeded, output_dir=tmp_path / "other")
     assert other.test_metrics != online.test_metrics  # another seed: other sessions, another model
+
+
+def test_an_online_click_run_resumed_from_last_ckpt_ends_like_the_uninterrupted_one(tmp_path):
+    """Two epochs of clicks=pbm ultr=ips, against the same run stopped after its first epoch
+    and resumed from last.ckpt for the second: the resumed epoch draws the sessions the
+    uninterrupted run drew (keyed by seed, epoch and batch index, not by the batches this
+    process drew), so the weights are equal bit for bit."""
+    ips = [*TINY_DATA, "data.batch_size=8", "logger=csv", "quiet=true", *clicks("pbm"), "ultr=ips"]
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    run_config([*ips, "trainer.max_epochs=2"], whole)
+    run_config([*ips, "trainer.max_epochs=1"], stopped)
+    last = stopped / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=True)["epoch"] == 0
+    first_epoch = weights(stopped, "last.ckpt")
+    run_config([*ips, "trainer.max_epochs=2", f"ckpt_path={last}"], stopped)
+    assert torch.load(last, weights_only=True)["epoch"] == 1  # the second epoch trained
+    resumed, expected = weights(stopped, "last.ckpt"), weights(whole, "last.ckpt")
+    assert resumed.keys() == expected.keys()
+    for key, value in expected.items():
+        assert torch.equal(resumed[key], value), key
+        assert not torch.equal(first_epoch[key], value), key  # the second epoch moved it
+    metrics = [json.loads((run / "test_metrics.json").read_text()) for run in (whole, stopped)]
+    assert metrics[0] == metrics[1]
 
 
 @pytest.mark.slow
