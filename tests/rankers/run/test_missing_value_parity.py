@@ -25,11 +25,12 @@ import torch
 
 from differank.datamodules.arrays import read_letor
 from differank.datamodules.atomic_files import write_files
-from differank.rankers.checkpoints import Scorer
+from differank.rankers.checkpoints import Scorer, load_ranker
 from differank.rankers.run.export_formats import EXPORT_FORMATS, ExportOptions, export_files
 from differank.rankers.scorers.linear import LinearRanker
 from differank.rankers.scorers.mlp import MLPRanker
 from differank.rankers.scorers.transformer import TransformerRanker
+from tests.conftest import TINY_RUN, run_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 
@@ -44,35 +45,35 @@ DOCUMENTED_FILL = 0.0
 Row = dict[int, float]
 
 
-def dense(rows: list[Row]) -> np.ndarray:
+def dense(rows: list[Row], n_features: int) -> np.ndarray:
     """``[1, N, F]`` float32 features of one list, a missing feature sent as the documented
     fill (the client's side of the rule for a tensor scorer)."""
-    features = np.full((1, len(rows), F), DOCUMENTED_FILL, dtype=np.float32)
+    features = np.full((1, len(rows), n_features), DOCUMENTED_FILL, dtype=np.float32)
     for i, row in enumerate(rows):
         for index, value in row.items():
             features[0, i, index] = value
     return features
 
 
-def onnx_runtime(model: Path, rows: list[Row]) -> np.ndarray:
+def onnx_runtime(model: Path, rows: list[Row], n_features: int) -> np.ndarray:
     onnxruntime = pytest.importorskip("onnxruntime")
     session = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-    inputs = {"features": dense(rows)}
+    inputs = {"features": dense(rows, n_features)}
     if "mask" in {node.name for node in session.get_inputs()}:
         inputs["mask"] = np.ones((1, len(rows)), dtype=bool)
     return session.run(["scores"], inputs)[0][0]
 
 
-def torchscript(folder: Path, rows: list[Row]) -> np.ndarray:
+def torchscript(folder: Path, rows: list[Row], n_features: int) -> np.ndarray:
     module = torch.jit.load(str(folder / "scorer.pt"))
-    inputs = [torch.from_numpy(dense(rows))]
+    inputs = [torch.from_numpy(dense(rows, n_features))]
     if len(module.forward.schema.arguments) == 3:  # self, features, mask: a list-attending scorer
         inputs.append(torch.ones(1, len(rows), dtype=torch.bool))
     with torch.no_grad():
         return module(*inputs)[0].numpy()
 
 
-def solr(folder: Path, rows: list[Row]) -> np.ndarray:
+def solr(folder: Path, rows: list[Row], n_features: int) -> np.ndarray:
     """Solr's LTR scoring, from the written JSON: each feature from its store definition
     (``FieldValueFeature``: the document's field, or the feature's ``defaultValue`` where the
     document has none, Solr's ``Feature`` default being 0; ``ValueFeature``: its constant), then
@@ -113,21 +114,21 @@ def solr(folder: Path, rows: list[Row]) -> np.ndarray:
 @dataclass(frozen=True)
 class Engine:
     """How one export format is served: the scorer kinds it takes (a key of :data:`SCORERS`)
-    and its documented scoring of one list of documents from the files ``task=export`` wrote
-    into a folder."""
+    and its documented scoring ``score(folder, rows, n_features)`` of one list of documents
+    from the files ``task=export`` wrote into ``folder``."""
 
     kinds: tuple[str, ...]
-    score: Callable[[Path, list[Row]], np.ndarray]
+    score: Callable[[Path, list[Row], int], np.ndarray]
 
 
 EVERY_KIND = ("linear", "mlp", "transformer")
 ENGINES: dict[str, Engine] = {
     "torchscript": Engine(EVERY_KIND, torchscript),
-    "onnx": Engine(EVERY_KIND, lambda folder, rows: onnx_runtime(folder / "scorer.onnx", rows)),
+    "onnx": Engine(EVERY_KIND, lambda folder, *rows: onnx_runtime(folder / "scorer.onnx", *rows)),
     "solr": Engine(("linear", "mlp"), solr),
     "triton": Engine(
         EVERY_KIND,
-        lambda folder, rows: onnx_runtime(folder / "triton" / NAME / "1" / "model.onnx", rows),
+        lambda folder, *rows: onnx_runtime(folder / "triton" / NAME / "1" / "model.onnx", *rows),
     ),
 }
 
@@ -150,14 +151,14 @@ SCORERS: dict[str, Callable[[], Scorer]] = {
 }
 
 
-def letor_rows(nan_share: float) -> tuple[list[str], list[dict[int, float]]]:
+def letor_rows(nan_share: float, n_features: int = F) -> tuple[list[str], list[Row]]:
     """LETOR lines of one query and the values each writes ({index: value}, NaN included):
     each feature absent with probability 0.3 (the first line writes all F, the second none),
     and a written value NaN with probability ``nan_share``."""
     rng = np.random.default_rng(4)
     lines, written = [], []
     for i in range(ROWS):
-        present = rng.random(F) >= 0.3 if i > 1 else np.full(F, i == 0)
+        present = rng.random(n_features) >= 0.3 if i > 1 else np.full(n_features, i == 0)
         values = {int(j): float(rng.uniform(-1.0, 4.0)) for j in np.flatnonzero(present)}
         for j in values:
             if i > 0 and rng.random() < nan_share:
@@ -173,14 +174,14 @@ def training_scores(scorer: Scorer, lines: list[str], nan_policy: str, folder: P
     path = folder / "rows.txt"
     path.write_text("\n".join(lines) + "\n")
     features, _, _ = read_letor(path, nan_policy=nan_policy, cache_dir=folder / "cache")
-    assert features.shape == (ROWS, F)
+    assert features.shape == (ROWS, scorer.n_features)
     with torch.no_grad():
         x = torch.from_numpy(features).unsqueeze(0)
         scores = scorer(x, torch.ones(1, ROWS, dtype=torch.bool)) if scorer.uses_mask else scorer(x)
     return scores[0].numpy()
 
 
-def engine_rows(written: list[dict[int, float]], nan_policy: str) -> list[Row]:
+def engine_rows(written: list[Row], nan_policy: str) -> list[Row]:
     """What an engine hands the model: the values it computed. Under ``nan_policy=zero`` a NaN
     is a value that could not be computed, so missing; under ``allow`` it is passed on."""
     if nan_policy == "zero":
@@ -218,7 +219,7 @@ def test_missing_features_score_alike_in_every_format(
 ):
     lines, written = letor_rows(nan_share)
     want = training_scores(SCORERS[kind](), lines, nan_policy, tmp_path)
-    got = ENGINES[fmt].score(exported(fmt, kind), engine_rows(written, nan_policy))
+    got = ENGINES[fmt].score(exported(fmt, kind), engine_rows(written, nan_policy), F)
     assert np.isfinite(want).all()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     # the rule matters here: filling the normalised 0 (the mean) instead would score otherwise
@@ -231,11 +232,29 @@ def test_a_nan_under_nan_policy_allow_is_a_nan_score_everywhere(exported, fmt, k
     engine alike: the documents without one score as before (a per-document scorer)."""
     lines, written = letor_rows(0.2)
     want = training_scores(SCORERS[kind](), lines, "allow", tmp_path)
-    got = ENGINES[fmt].score(exported(fmt, kind), engine_rows(written, "allow"))
+    got = ENGINES[fmt].score(exported(fmt, kind), engine_rows(written, "allow"), F)
     has_nan = np.array([any(np.isnan(v) for v in row.values()) for row in written])
     assert has_nan.any() and not has_nan.all()
     assert np.isnan(want[has_nan]).all() and np.isnan(got[has_nan]).all()
     np.testing.assert_allclose(got[~has_nan], want[~has_nan], rtol=1e-5, atol=1e-5)
+
+
+def test_a_trained_checkpoint_and_its_export_agree_on_missing_features(tmp_path):
+    """The whole path: a run trained by ``train.py``, ``task=export`` of every format, and
+    ``load_ranker``'s scorer on what the LETOR reader gives (46 features, z-scored)."""
+    run_config(TINY_RUN, tmp_path / "run")
+    checkpoint = tmp_path / "run" / "checkpoints" / "best.ckpt"
+    overrides = [f"ckpt_path={checkpoint}", f"export.format=[{','.join(ENGINES)}]"]
+    run_config([*TINY_RUN, "task=export", *overrides, f"export.name={NAME}"], tmp_path / "out")
+    scorer = load_ranker(checkpoint)
+    assert scorer.std.ne(1).any()  # the z-score that a fill of 0 must precede
+    lines, written = letor_rows(0.1, scorer.n_features)
+    want = training_scores(scorer, lines, "zero", tmp_path)
+    for fmt, engine in ENGINES.items():
+        got = engine.score(
+            tmp_path / "out" / "export", engine_rows(written, "zero"), scorer.n_features
+        )
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=fmt)
 
 
 def test_every_export_format_has_a_missing_value_entry():
