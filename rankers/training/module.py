@@ -22,7 +22,7 @@ from pytorch_lightning.core.optimizer import LightningOptimizer
 from pytorch_lightning.utilities.types import OptimizerLRScheduler
 from torch import nn
 
-from differank.losses.inputs import finite_label_mask, float_labels
+from differank.losses.inputs import compute_dtype, finite_label_mask, float_labels
 from differank.losses.module_form import LossModule
 from differank.rankers.checkpoints import load_checkpoint, rebuild_module
 from differank.rankers.metrics.letor import LetorMetric
@@ -439,7 +439,7 @@ class RankingModule(EvaluationModule):
         own_rule = getattr(self.loss, "counted_queries", None)
         if own_rule is not None:
             return own_rule(batch["labels"], batch["mask"])
-        labels = float_labels(batch["labels"], batch["features"].dtype)
+        labels = float_labels(batch["labels"], compute_dtype(batch["features"].dtype))
         return finite_label_mask(labels, batch["mask"])[1]
 
     def click_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
