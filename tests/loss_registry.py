@@ -112,6 +112,11 @@ def ranking_batch(
     return values.masked_fill(~real, float("nan")), labels.masked_fill(~mask, float("nan")), mask
 
 
+def pair_queries(labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[B] bool: a query with two distinct real labels has a preference pair."""
+    return torch.tensor([torch.unique(labels[b][mask[b]]).numel() > 1 for b in range(len(mask))])
+
+
 @dataclass(frozen=True)
 class LossCase:
     """One loss as the contract suite runs it.
@@ -153,6 +158,9 @@ class LossCase:
     # how far the half-precision check scales the scores: large enough that fp16 pair sums would
     # overflow, small enough that the loss's own gradient is representable in fp16
     half_scale: float = 1e4
+    # (labels, mask) -> [B] bool: the queries the loss counts (its mean's denominator; the
+    # others get 0): a preference pair, or for distillation any real document
+    counted: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = pair_queries
 
     def make_batch(self, seed: int = 0, dtype: torch.dtype = torch.float64) -> Batch:
         return self.batch(seed, dtype, feature_dim=self.feature_dim)
@@ -254,6 +262,7 @@ def _distill_case(name: str, refuses=None, **options) -> LossCase:
         # the regression gradient 2(s - t)/n leaves fp16's range at scores of 3e4, as MSE's
         half_scale=1e3,
         refuses=refuses or {},
+        counted=partial(oracles_distill.distill_counted, alpha=options.get("alpha", 0.0)),
     )
 
 

@@ -1,8 +1,10 @@
 """Float64 oracles of the distillation losses (docs/objectives/distill.md), written from the
 equations with Python loops over each query's real documents, sharing no code with losses/.
 
-``distill_oracle(scores, labels, mask, teacher, **options)`` -> per-query loss [B]; queries
-without two distinct real labels get 0 (the loss contract). RankDistil's sampled orders use the
+``distill_oracle(scores, labels, mask, teacher, **options)`` -> per-query loss [B]. The teacher
+term counts every query with a real document, labels all equal or not; the label term (α > 0)
+only a query with two distinct real labels, 0 elsewhere (the label loss's own rule); with α = 1
+only those queries count (:func:`distill_counted`). RankDistil's sampled orders use the
 same uniform draws as the loss: one ``torch.rand(B, S, L)`` in the scores' dtype, taken first.
 """
 
@@ -55,7 +57,8 @@ def distill_oracle(scores, labels, mask, teacher, *, form="listwise", alpha=0.0,
     for b in range(batch):
         keep = [i for i in range(length) if bool(mask[b, i])]
         query_scores, query_teacher = scores[b, keep], [float(teacher[b, i]) for i in keep]
-        if len({float(labels[b, i]) for i in keep}) < 2:
+        has_pair = _has_pair(labels[b, keep])
+        if not keep or (alpha == 1 and not has_pair):
             losses.append(query_scores.sum() * 0.0)
             continue
         if form == "listwise":
@@ -66,9 +69,23 @@ def distill_oracle(scores, labels, mask, teacher, *, form="listwise", alpha=0.0,
             noise = [[float(uniforms[b, m, i]) for i in keep] for m in range(num_samples)]
             term = _rankdistil(query_scores, query_teacher, noise, temperature, top_k)
         if alpha > 0:
-            term = (1 - alpha) * term + alpha * label_oracle(query_scores, labels[b, keep])
+            label_term = label_oracle(query_scores, labels[b, keep]) if has_pair else 0.0
+            term = (1 - alpha) * term + alpha * label_term
         losses.append(torch.as_tensor(term, dtype=scores.dtype).reshape(()))
     return torch.stack(losses) if losses else scores.new_zeros(0)
+
+
+def _has_pair(query_labels) -> bool:
+    """Two distinct real labels: a preference pair."""
+    return len({float(label) for label in query_labels}) >= 2
+
+
+def distill_counted(labels, mask, alpha=0.0):
+    """[B] bool: the queries the distillation loss counts: those with a real document, or with
+    ``alpha = 1`` (no teacher term) those with two distinct real labels."""
+    if alpha == 1:
+        return torch.tensor([_has_pair(labels[b][mask[b]]) for b in range(len(mask))])
+    return torch.tensor([bool(mask[b].any()) for b in range(len(mask))])
 
 
 LABEL_ORACLE = oracles.listnet_oracle  # the label loss the registry mixes in (ListNetLoss)

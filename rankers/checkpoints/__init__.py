@@ -45,6 +45,7 @@ from differank.rankers.checkpoints.restore import (
     restored_estimator,
 )
 from differank.rankers.checkpoints.serving import (
+    MISSING_FEATURE_VALUE,
     Scorer,
     check_serving_record,
     checkpoint_scorer,
@@ -57,6 +58,7 @@ from differank.rankers.checkpoints.serving import (
 __all__ = [
     "ALLOWED_TARGETS",
     "MACHINE_ARGUMENTS",
+    "MISSING_FEATURE_VALUE",
     "SIZE_ARGUMENTS",
     "CheckpointReadError",
     "Scorer",

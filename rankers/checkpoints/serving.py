@@ -13,6 +13,7 @@ TorchScript or ONNX.
 Public API (also from :mod:`differank.rankers.checkpoints`)::
 
     Scorer(ranker, mean, std, transform)          # raw features [B, L, F], mask [B, L] -> scores
+    MISSING_FEATURE_VALUE                         # 0.0: a feature an engine cannot compute
     serving_record(datamodule) -> dict            # what a checkpoint saves for serving
     check_serving_record(serving, path)           # a checkpoint's record, refused unless sound
     serving_scorer(ranker, serving) -> Scorer     # a ranker behind a record's statistics
@@ -45,6 +46,12 @@ from differank.rankers.checkpoints.reading import (
 )
 from differank.rankers.checkpoints.restore import rebuild_module, rebuild_ranker
 from differank.rankers.scorers.base import Ranker
+
+# The raw value of a feature that could not be computed for a document: what the LETOR reader
+# gives a feature absent from a line, so what the scorer was trained on. Every export format
+# serves with it (docs/serving.md#missing-values): Solr's feature store writes it as each
+# feature's defaultValue; a client of the ONNX, TorchScript or Triton scorer sends it.
+MISSING_FEATURE_VALUE = 0.0
 
 
 class Scorer(nn.Module):

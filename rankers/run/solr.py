@@ -12,7 +12,10 @@ has no intercept, so a linear scorer's bias is the weight of one extra feature,
 The feature store defines each LETOR feature as a ``FieldValueFeature`` reading the document
 field of the same name (``feature_1 .. feature_F``, LETOR's feature ids, unless names are given):
 index the features under those field names, or replace a feature's class and params with your
-own definition, keeping its name. ``docs/serving.md#solr`` has the upload commands.
+own definition, keeping its name. A document without the field gets the feature's
+``defaultValue`` (Solr's ``Feature.getDefaultValue``), written as ``MISSING_FEATURE_VALUE``, the
+LETOR reader's value of an absent feature (docs/serving.md#missing-values).
+``docs/serving.md#solr`` has the upload commands.
 
 Public API::
 
@@ -41,6 +44,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from differank.rankers.checkpoints.serving import MISSING_FEATURE_VALUE
 from differank.rankers.scorers.linear import LinearRanker
 from differank.rankers.scorers.mlp import MLPRanker
 
@@ -154,9 +158,15 @@ def solr_model(scorer, name: str, feature_names: Sequence[str], store: str) -> d
 
 def solr_feature_store(feature_names: Sequence[str], store: str, bias: bool) -> list[dict]:
     """The feature-store JSON (as a list): one ``FieldValueFeature`` per name reading the field
-    of that name, and with ``bias`` the constant ``BIAS_FEATURE``."""
+    of that name (``MISSING_FEATURE_VALUE`` where a document lacks it), and with ``bias`` the
+    constant ``BIAS_FEATURE``."""
     features = [
-        {"store": store, "name": name, "class": FIELD_VALUE_FEATURE, "params": {"field": name}}
+        {
+            "store": store,
+            "name": name,
+            "class": FIELD_VALUE_FEATURE,
+            "params": {"field": name, "defaultValue": MISSING_FEATURE_VALUE},
+        }
         for name in feature_names
     ]
     if bias:

@@ -106,10 +106,24 @@ def build_run(cfg: DictConfig, checkpoint: dict | None = None):
         return build_restored(cfg, checkpoint)
     check_data_root(cfg.data)
     metrics = {"metric_convention": cfg.metrics.convention, **click_estimator(cfg)}
-    datamodule = click_datamodule(cfg, instantiate(cfg.data))  # clicks=none: the data itself
+    data = instantiate(cfg.data, **distilled_data(cfg))
+    datamodule = click_datamodule(cfg, data)  # clicks=none: the data itself
     loss = instantiate(cfg.loss)
     model = instantiate(cfg.model, loss=loss, n_features=datamodule.n_features, **metrics)
     return datamodule, model
+
+
+def distilled_data(cfg: DictConfig) -> dict[str, Any]:
+    """The data options a distilled run (``teacher=...``) changes: the teacher orders every
+    training query, labels all equal or not, so the queries that
+    ``data.drop_train_queries_without_pairs=true`` would drop are kept (said in the log)."""
+    if cfg.get("teacher") is None or not cfg.data.get("drop_train_queries_without_pairs"):
+        return {}
+    log.warning(
+        "teacher=... scores every training query: the queries whose labels are all equal are "
+        "kept for distillation (data.drop_train_queries_without_pairs=true is not applied)"
+    )
+    return {"drop_train_queries_without_pairs": False}
 
 
 def click_estimator(cfg: DictConfig) -> dict[str, Any]:

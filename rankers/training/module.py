@@ -22,7 +22,7 @@ from pytorch_lightning.core.optimizer import LightningOptimizer
 from pytorch_lightning.utilities.types import OptimizerLRScheduler
 from torch import nn
 
-from differank.losses.inputs import finite_label_mask, float_labels
+from differank.losses.inputs import compute_dtype, finite_label_mask, float_labels
 from differank.losses.module_form import LossModule
 from differank.rankers.checkpoints import load_checkpoint, rebuild_module
 from differank.rankers.metrics.letor import LetorMetric
@@ -428,9 +428,19 @@ class RankingModule(EvaluationModule):
                 f"{tuple(per_query.shape)} for {queries} queries: query weights (sample_weight) "
                 "need a per-query loss, one value per query"
             )
-        labels = float_labels(batch["labels"], per_query.dtype)
-        _, valid = finite_label_mask(labels, batch["mask"])  # the losses' validity rule
-        return weighted_query_loss(per_query, batch["weights"], valid, reduction)
+        return weighted_query_loss(
+            per_query, batch["weights"], self.counted_queries(batch), reduction
+        )
+
+    def counted_queries(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """[B] bool: the batch's queries the loss counts: those with a preference pair (the
+        losses' validity rule), or the loss's own choice where it has one (``loss=distill``
+        counts every query with a document: the teacher orders it whatever its labels)."""
+        own_rule = getattr(self.loss, "counted_queries", None)
+        if own_rule is not None:
+            return own_rule(batch["labels"], batch["mask"])
+        labels = float_labels(batch["labels"], compute_dtype(batch["features"].dtype))
+        return finite_label_mask(labels, batch["mask"])[1]
 
     def click_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The estimator's loss on a click batch (``clicks``, ``positions``, ``mask``, optional
