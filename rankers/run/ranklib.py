@@ -43,6 +43,7 @@ OpenSearch's unmatched feature query both read 0), which is LETOR's rule for an 
 Public API::
 
     ranklib_model(scorer) -> str               # the model text
+    ranklib_text(layers) -> str                # the same of engine_layers.folded_layers
     ranklib_files(scorer, folder) -> {folder/model.txt: text}
 
 Example:
@@ -70,9 +71,14 @@ ENGINE = "RankLib's model format"
 
 
 def ranklib_model(scorer) -> str:
-    """RankLib's text of a linear or sigmoid-MLP :class:`~differank.rankers.checkpoints.Scorer`:
+    """RankLib's text of a linear or sigmoid-MLP :class:`~differank.rankers.checkpoints.Scorer`
+    (:func:`ranklib_text` of its folded layers)."""
+    return ranklib_text(folded_layers(scorer, ENGINE))
+
+
+def ranklib_text(layers: list[EngineLayer]) -> str:
+    """RankLib's text of :func:`~differank.rankers.run.engine_layers.folded_layers`:
     ``## Linear Regression`` for one affine layer, ``## RankNet`` for sigmoid hidden layers."""
-    layers = folded_layers(scorer, ENGINE)
     if len(layers) == 1:
         return _linear_regression(layers[0])
     return _ranknet(layers)

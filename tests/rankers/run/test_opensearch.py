@@ -11,7 +11,7 @@ import pytest
 
 from differank.datamodules.atomic_files import write_files
 from differank.rankers.run.engine_layers import BIAS_FEATURE
-from differank.rankers.run.opensearch import MODEL_TYPES, create_model_body, opensearch_files
+from differank.rankers.run.opensearch import MODEL_TYPES, opensearch_bodies, opensearch_files
 from differank.rankers.scorers.mlp import MLPRanker
 from tests.oracles_engines import opensearch_linear_scores, opensearch_ranklib_scores
 from tests.rankers.run.test_ranklib import (
@@ -105,10 +105,13 @@ def test_a_relu_mlp_is_refused_naming_the_fix(tmp_path):
         opensearch_files(scorer, tmp_path)
 
 
-def test_another_model_type_is_one_more_entry():
-    """A model type's body is its type and definition string, whatever the type."""
-    body = create_model_body("trees", "model/xgboost+json", "[]")
-    assert body == {
+def test_another_model_type_is_one_more_entry(monkeypatch, tmp_path):
+    """A tree student's model/xgboost+json: one MODEL_TYPES entry, and its bodies are
+    opensearch_bodies of its definition string (a feature set without the bias feature)."""
+    monkeypatch.setitem(MODEL_TYPES, "model/xgboost+json", False)
+    files = opensearch_bodies(tmp_path, "trees", ["a", "b"], "model/xgboost+json", "[]")
+    feature_set = json.loads(files[tmp_path / "featureset.json"])
+    assert [feature["name"] for feature in feature_set["featureset"]["features"]] == ["a", "b"]
+    assert json.loads(files[tmp_path / "model.json"]) == {
         "model": {"name": "trees", "model": {"type": "model/xgboost+json", "definition": "[]"}}
     }
-    assert sorted(MODEL_TYPES) == ["model/linear", "model/ranklib"]
