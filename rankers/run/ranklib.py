@@ -97,7 +97,7 @@ def _number(value: float) -> str:
 
 
 def _linear_regression(layer: EngineLayer) -> str:
-    pairs = [f"0:{_number(layer.bias[0])}"]
+    pairs = [f"0:{_number(float(layer.bias[0]))}"]
     pairs += [f"{fid}:{_number(w)}" for fid, w in enumerate(layer.matrix[0].tolist(), start=1)]
     return (
         f"## {LINEAR_REGRESSION}\n"

@@ -73,7 +73,7 @@ def test_a_linear_scorer_is_ranklibs_linear_regression_with_the_same_scores(tmp_
     scorer = letor_like_scorer(linear())
     write_files(ranklib_files(scorer, tmp_path))
     text = (tmp_path / "model.txt").read_text()
-    assert text.startswith("## Linear Regression\n")
+    assert text.startswith("## Linear Regression\n") and text.isascii()  # RankLib reads ASCII
     features, engine = rows_with_unknown_features()
     expected = scorer_scores(scorer, features)
     ranklib = ranklib_scores(text, engine)
@@ -86,7 +86,7 @@ def test_a_sigmoid_mlp_is_ranklibs_ranknet_scoring_the_sigmoid_of_its_score(hidd
     scorer = letor_like_scorer(sigmoid_mlp(hidden))
     write_files(ranklib_files(scorer, tmp_path))
     text = (tmp_path / "model.txt").read_text()
-    assert text.startswith("## RankNet\n")
+    assert text.startswith("## RankNet\n") and text.isascii()
     features, engine = rows_with_unknown_features()
     expected = scorer_scores(scorer, features)
     assert expected.std() > 0.1 and np.abs(expected).max() < 12  # varied, logit well-conditioned
