@@ -3,9 +3,13 @@ formulas (tests/oracles_engines.py, from RankLib's Java sources), scores 10,000 
 LETOR-like rows like the PyTorch scorer within 1e-5, rows with features RankLib does not know
 (read as 0) included: a linear scorer as ``Linear Regression`` (exactly differank's score), a
 sigmoid MLP as ``RankNet`` (``sigmoid`` of differank's score); what RankLib cannot express is
-refused with the fix; ``python train.py task=export export.format=ranklib`` writes it."""
+refused with the fix; ``python train.py task=export export.format=ranklib`` writes it. With
+``DIFFERANK_RANKLIB_CLASSPATH`` (a RankLib jar) and a JDK, RankLib itself scores the file."""
 
 import json
+import os
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -141,3 +145,54 @@ def test_train_and_export_to_ranklib_and_opensearch_from_the_command_line(tmp_pa
     expected = scorer_scores(scorer, features)
     ranklib = ranklib_scores(text, features.numpy())
     assert np.abs(np.log(ranklib / (1 - ranklib)) - expected).max() < 1e-5
+
+
+# RankLib itself, where a RankLib jar (or classes folder) and a JDK are at hand: a class that
+# loads the model as RankerFactory does and writes RankLib's score of each LETOR line
+RANKLIB = os.environ.get("DIFFERANK_RANKLIB_CLASSPATH")
+SCORE_JAVA = """
+import ciir.umass.edu.learning.*;
+import java.io.*;
+import java.nio.file.*;
+
+public class Score {
+    public static void main(String[] args) throws Exception {
+        String text = new String(Files.readAllBytes(Paths.get(args[0])), "US-ASCII");
+        Ranker ranker = new RankerFactory().loadRankerFromString(text);
+        try (BufferedReader in = new BufferedReader(new FileReader(args[1]));
+             PrintWriter out = new PrintWriter(new FileWriter(args[2]))) {
+            for (String line; (line = in.readLine()) != null; )
+                out.println(ranker.eval(new DenseDataPoint(line)));
+        }
+    }
+}
+"""
+
+
+@pytest.mark.skipif(
+    not (RANKLIB and shutil.which("javac")),
+    reason="set DIFFERANK_RANKLIB_CLASSPATH to a RankLib jar (and have a JDK) to run RankLib",
+)
+@pytest.mark.parametrize("make", [linear, sigmoid_mlp], ids=["linear", "ranknet"])
+def test_ranklib_itself_scores_the_written_file(make, tmp_path):
+    scorer = letor_like_scorer(make())
+    write_files(ranklib_files(scorer, tmp_path))
+    features, engine = rows_with_unknown_features()
+    lines = [  # LETOR lines; an unknown value is RankLib's NaN
+        "0 qid:1 "
+        + " ".join(f"{i + 1}:{'NaN' if np.isnan(v) else repr(float(v))}" for i, v in enumerate(row))
+        for row in engine
+    ]
+    (tmp_path / "rows.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "Score.java").write_text(SCORE_JAVA)
+    classpath = f"{RANKLIB}{os.pathsep}{tmp_path}"
+    subprocess.run(
+        ["javac", "-cp", classpath, "-d", str(tmp_path), str(tmp_path / "Score.java")], check=True
+    )
+    model, rows, scores = (str(tmp_path / name) for name in ("model.txt", "rows.txt", "out"))
+    subprocess.run(["java", "-cp", classpath, "Score", model, rows, scores], check=True)
+    ranklib = np.loadtxt(scores)
+    expected = scorer_scores(scorer, features)
+    if isinstance(scorer.ranker, MLPRanker):
+        expected = 1 / (1 + np.exp(-expected))  # RankNet's output neuron
+    assert np.abs(ranklib - expected).max() < 1e-5, np.abs(ranklib - expected).max()
