@@ -10,6 +10,9 @@ format          files under ``RUN/export/``                   read by
 ``solr``        ``solr/model.json``, ``solr/features.json``   Solr's LTR module (linear, MLP)
 ``triton``      ``triton/NAME/config.pbtxt``,                 Triton Inference Server
                 ``triton/NAME/1/model.onnx``
+``ranklib``     ``ranklib/model.txt``                         RankLib (linear, sigmoid MLP)
+``opensearch``  ``opensearch/featureset.json``,               OpenSearch's and Elasticsearch's
+                ``opensearch/model.json``                     LTR plugins (linear, sigmoid MLP)
 =============== ============================================= ===================================
 
 ``export.format=null`` (the default) writes ``torchscript`` and ``onnx``, and without the
@@ -18,13 +21,13 @@ a format named explicitly fails instead. ``docs/serving.md`` takes each to its e
 
 Public API::
 
-    EXPORT_FORMATS = {"torchscript": ..., "onnx": ..., "solr": ..., "triton": ...}
+    EXPORT_FORMATS = {"torchscript": ..., "onnx": ..., "solr": ..., "triton": ..., ...}
     export_files(scorer, folder, formats, options) -> {path: bytes or str}
     ExportOptions(name="differank", feature_names=None)
 
 Example:
     >>> sorted(EXPORT_FORMATS)
-    ['onnx', 'solr', 'torchscript', 'triton']
+    ['onnx', 'opensearch', 'ranklib', 'solr', 'torchscript', 'triton']
     >>> from differank.rankers.checkpoints import Scorer
     >>> from differank.rankers.scorers.linear import LinearRanker
     >>> files = export_files(Scorer(LinearRanker(2)), Path("out"), ["solr"], ExportOptions())
@@ -40,6 +43,8 @@ from pathlib import Path
 
 from differank.rankers.checkpoints import Scorer
 from differank.rankers.run.export import onnx_files, torchscript_bytes
+from differank.rankers.run.opensearch import opensearch_files
+from differank.rankers.run.ranklib import ranklib_files
 from differank.rankers.run.solr import solr_files
 from differank.rankers.run.triton import triton_files
 
@@ -47,8 +52,9 @@ from differank.rankers.run.triton import triton_files
 @dataclass(frozen=True)
 class ExportOptions:
     """``conf/train.yaml``'s ``export`` options besides the format: ``name`` (Solr's model and
-    feature store, Triton's model folder) and ``feature_names`` (Solr's, one per feature in
-    LETOR order; None: ``feature_1 .. feature_F``)."""
+    feature store, Triton's model folder, OpenSearch's feature set and model) and
+    ``feature_names`` (Solr's and OpenSearch's, one per feature in LETOR order; None:
+    ``feature_1 .. feature_F``)."""
 
     name: str = "differank"
     feature_names: Sequence[str] | None = None
@@ -63,6 +69,10 @@ EXPORT_FORMATS: dict[str, Writer] = {
         scorer, folder / "solr", options.name, options.feature_names
     ),
     "triton": lambda scorer, folder, options: triton_files(scorer, folder / "triton", options.name),
+    "ranklib": lambda scorer, folder, _: ranklib_files(scorer, folder / "ranklib"),
+    "opensearch": lambda scorer, folder, options: opensearch_files(
+        scorer, folder / "opensearch", options.name, options.feature_names
+    ),
 }
 DEFAULT_FORMATS = ("torchscript", "onnx")
 

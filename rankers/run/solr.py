@@ -3,10 +3,9 @@
 feature store it reads.
 
 Solr computes each feature and hands the model the raw values, so the serving record's z-score
-is folded into the first layer's weights (``W (x - m) / s + b = (W / s) x + (b - W m / s)``,
-in float64). A non-affine feature transform (``data.transform=log1p`` or ``gaussrank``) has no
-place in these models: it is refused, naming ``data.transform=none``. Solr's ``LinearModel``
-has no intercept, so a linear scorer's bias is the weight of one extra feature,
+is folded into the first layer's weights, and a non-affine feature transform is refused
+(:mod:`~differank.rankers.run.engine_layers`, which every engine format shares). Solr's
+``LinearModel`` has no intercept, so a linear scorer's bias is the weight of one extra feature,
 ``BIAS_FEATURE``, a ``ValueFeature`` of constant 1 in the store.
 
 The feature store defines each LETOR feature as a ``FieldValueFeature`` reading the document
@@ -24,6 +23,7 @@ Public API::
     solr_feature_store(feature_names, store, bias) -> list      # the feature-store JSON
 
 Example:
+    >>> import torch
     >>> from differank.rankers.checkpoints import Scorer
     >>> from differank.rankers.scorers.linear import LinearRanker
     >>> mean, std = torch.tensor([1.0, 0.0]), torch.tensor([2.0, 1.0])
@@ -41,96 +41,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import nn
-
 from differank.rankers.checkpoints.serving import MISSING_FEATURE_VALUE
+from differank.rankers.run.engine_layers import BIAS_FEATURE, check_feature_names, folded_layers
 from differank.rankers.scorers.linear import LinearRanker
-from differank.rankers.scorers.mlp import MLPRanker
 
 LINEAR_MODEL = "org.apache.solr.ltr.model.LinearModel"
 NEURAL_NETWORK_MODEL = "org.apache.solr.ltr.model.NeuralNetworkModel"
 FIELD_VALUE_FEATURE = "org.apache.solr.ltr.feature.FieldValueFeature"
 VALUE_FEATURE = "org.apache.solr.ltr.feature.ValueFeature"
-BIAS_FEATURE = "differank_bias"  # LinearModel's intercept: a constant-1 feature
-# torch's activation modules and the names Solr's NeuralNetworkModel gives the same functions
-ACTIVATIONS: dict[type[nn.Module], str] = {
-    nn.ReLU: "relu",
-    nn.Sigmoid: "sigmoid",
-    nn.Tanh: "tanh",
-    nn.Identity: "identity",
-}
-
-
-def default_feature_names(n_features: int) -> list[str]:
-    """``feature_1 .. feature_F``: LETOR's feature ids as Solr feature names."""
-    return [f"feature_{number}" for number in range(1, n_features + 1)]
-
-
-def check_feature_names(feature_names: Sequence[str] | None, n_features: int) -> list[str]:
-    """``feature_names`` as a list of ``n_features`` distinct non-empty strings (None: the
-    defaults); the error names what is wrong."""
-    if feature_names is None:
-        return default_feature_names(n_features)
-    names = [str(name) for name in feature_names]
-    if len(names) != n_features:
-        raise ValueError(
-            f"export.feature_names has {len(names)} names, the scorer reads {n_features} "
-            "features: give one name per feature, in LETOR order (null: feature_1..feature_F)"
-        )
-    repeated = sorted({name for name in names if names.count(name) > 1})
-    if repeated or not all(names) or BIAS_FEATURE in names:
-        raise ValueError(
-            f"export.feature_names must be distinct, non-empty and not {BIAS_FEATURE!r}; "
-            f"repeated: {repeated}"
-        )
-    return names
-
-
-def _folded_layers(scorer) -> list[tuple[torch.Tensor, torch.Tensor, str]]:
-    """``(matrix [out, in], bias [out], activation)`` per layer, float64, the scorer's z-score
-    folded into the first; refuses what Solr's models cannot compute."""
-    if not isinstance(scorer.transform, nn.Identity):
-        name = getattr(scorer.transform, "name", type(scorer.transform).__name__)
-        raise ValueError(
-            f"Solr's models read the feature values as Solr computes them; the scorer applies "
-            f"data.transform={name} first, which is not affine and cannot be folded into the "
-            "weights: train with data.transform=none to export to Solr (or serve the ONNX "
-            "export, which keeps the transform)"
-        )
-    ranker = scorer.ranker
-    if isinstance(ranker, LinearRanker):
-        modules: list[nn.Module] = [ranker.linear]
-    elif isinstance(ranker, MLPRanker):
-        modules = [m for m in ranker.network if not isinstance(m, nn.Dropout)]  # eval: identity
-    else:
-        raise ValueError(
-            f"Solr's LTR JSON holds linear models and plain MLPs; this scorer is a "
-            f"{type(ranker).__name__}: export it with export.format=onnx (Vespa, Triton) instead"
-        )
-    layers: list[tuple[torch.Tensor, torch.Tensor, str]] = []
-    for module in modules:
-        if isinstance(module, nn.Linear):
-            bias = torch.zeros(module.out_features) if module.bias is None else module.bias.detach()
-            layers.append((module.weight.detach().double(), bias.double(), "identity"))
-        elif type(module) in ACTIVATIONS and layers and layers[-1][2] == "identity":
-            layers[-1] = (*layers[-1][:2], ACTIVATIONS[type(module)])
-        else:
-            raise ValueError(
-                f"Solr's NeuralNetworkModel has no layer for {type(module).__name__}; its "
-                f"activations are {sorted(set(ACTIVATIONS.values()))}"
-            )
-    matrix, bias, activation = layers[0]
-    scale = 1.0 / scorer.std.double()
-    layers[0] = (matrix * scale, bias - matrix @ (scorer.mean.double() * scale), activation)
-    return layers
 
 
 def solr_model(scorer, name: str, feature_names: Sequence[str], store: str) -> dict[str, Any]:
     """The model-store JSON (as a dict) of a linear or MLP ``scorer`` (a
     :class:`~differank.rankers.checkpoints.Scorer`): a ``LinearModel`` whose weights include
     ``BIAS_FEATURE``'s, or a ``NeuralNetworkModel`` whose last layer has one output."""
-    layers = _folded_layers(scorer)
+    layers = folded_layers(scorer, "Solr")
     names = check_feature_names(feature_names, scorer.n_features)
     features = [{"name": feature} for feature in names]
     if isinstance(scorer.ranker, LinearRanker):
