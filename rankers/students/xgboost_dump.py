@@ -195,5 +195,9 @@ def xgboost_json_dump(model_file: str | Path, feature_names: Sequence[str] | Non
     """The ``model/xgboost+json`` definition of the student's model file ``model_file`` (read by
     :func:`~differank.rankers.students.model_files.read_student_model`: checked, loaded in a
     child process): a JSON array of trees."""
-    trees = xgboost_trees(read_student_model(model_file), feature_names)
+    return dump_text(xgboost_trees(read_student_model(model_file), feature_names))
+
+
+def dump_text(trees: list[dict]) -> str:
+    """The dump's JSON text (floats as Python writes them: each threshold's float32 exactly)."""
     return json.dumps(trees, indent=1) + "\n"
