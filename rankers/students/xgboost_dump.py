@@ -11,7 +11,8 @@ NaN, so it follows ``missing`` (the plugin's ``missing_as_zero: true``, in the o
 the definition, scores it as 0 instead: LETOR's rule for an absent feature).
 
 An XGBoost student's own dump is that layout already (``split`` renamed from ``f<i>`` to the
-feature's name). A LightGBM student's trees are converted (docs/objectives/distill.md#exports):
+feature's name). A LightGBM student's trees are converted
+(docs/objectives/distill.md#exporting-a-tree-student):
 
 * LightGBM sends ``x <= t`` left, with a float64 threshold ``t``. For a float32 ``x``,
   ``x <= t`` exactly when ``x < t'``, ``t'`` the next float32 above the largest float32 not
