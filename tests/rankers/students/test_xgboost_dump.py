@@ -119,6 +119,19 @@ def test_the_dump_scores_as_the_student_on_random_rows(student):
     assert np.isnan(rows).any() and (rows == 0).any() and np.ptp(expected) > 0.1
     np.testing.assert_allclose(traverse(dump, names, rows), expected, rtol=0, atol=1e-5)
     assert student_library(path) == library
+    if library == "lightgbm":  # both of LightGBM's missing rules were converted and held
+        kinds = {node.get("missing_type") for node in lightgbm_splits(read_student_model(path))}
+        assert {"None", "NaN"} <= kinds
+
+
+def lightgbm_splits(model) -> list[dict]:
+    pending, splits = [tree["tree_structure"] for tree in model.trees], []
+    while pending:
+        node = pending.pop()
+        if "left_child" in node:
+            splits.append(node)
+            pending += [node["left_child"], node["right_child"]]
+    return splits
 
 
 def test_lightgbm_text_round_trips(student):
