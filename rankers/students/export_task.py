@@ -46,7 +46,7 @@ def export_student(model_file: str | Path, run_dir: Path, options=None) -> None:
     model = read_student_model(model_file)
     trees = xgboost_trees(model, None if names is None else [str(name) for name in names])
     folder = run_dir / "export"
-    files = {
+    files: dict[Path, str | bytes] = {
         folder / "xgboost.json": dump_text(trees),
         folder / NATIVE_FILES[model.library]: Path(model.path).read_bytes(),
     }
