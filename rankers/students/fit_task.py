@@ -42,6 +42,11 @@ def fit_student(cfg: DictConfig, run_dir: Path) -> float:
             "student=... learns from a teacher: add teacher=checkpoint|ensemble|lightgbm|xgboost "
             "teacher.path=FILE (docs/objectives/distill.md#tree-students)"
         )
+    if cfg.ckpt_path:
+        raise ValueError(
+            f"ckpt_path={cfg.ckpt_path}: a tree student is boosted afresh and resumes from "
+            "nothing; drop ckpt_path (its teacher is teacher.path)"
+        )
     seed_run(cfg)
     student: TreeStudent = instantiate(cfg.student)
     metric = ValidationMetric(cfg.monitor, cfg.metrics.convention)  # refused before any work

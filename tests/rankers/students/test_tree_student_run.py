@@ -64,11 +64,19 @@ def test_a_tree_student_trains_and_exports(teacher, tmp_path, library):
     names = [f"feature_{i + 1}" for i in range(split.features.shape[1])]
     dump = (folder / "xgboost.json").read_text()
     np.testing.assert_allclose(traverse(dump, names, split.features), predicted, atol=1e-5)
+    if library == "lightgbm":  # trained without NaN: a missing feature scores as an absent one
+        missing = split.features.copy()
+        missing[np.random.default_rng(0).random(missing.shape) < 0.3] = np.nan
+        absent = np.nan_to_num(missing, nan=0.0)
+        np.testing.assert_array_equal(traverse(dump, names, missing), traverse(dump, names, absent))
 
 
-def test_a_student_needs_a_teacher(tmp_path):
+def test_a_student_needs_a_teacher_and_resumes_nothing(teacher, tmp_path):
     with pytest.raises(ValueError, match="student=... learns from a teacher"):
         differank.run(["student=lightgbm", *TINY_DATA], output_dir=tmp_path / "run")
+    overrides = ["experiment=distill/tree_student", f"teacher.path={teacher}", "ckpt_path=x.ckpt"]
+    with pytest.raises(ValueError, match="resumes from nothing"):
+        differank.run([*overrides, *TINY_DATA], output_dir=tmp_path / "again")
 
 
 def test_a_monitor_that_is_not_a_validation_metric_is_refused(teacher, tmp_path):
