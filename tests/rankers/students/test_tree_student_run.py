@@ -96,3 +96,16 @@ def test_a_student_model_file_is_only_exported(teacher, tmp_path):
             ["task=export", f"ckpt_path={model}", "export.format=onnx"],
             output_dir=tmp_path / "export",
         )
+
+
+def test_an_ensemble_teaches_a_tree_student(teacher, tmp_path):
+    """teacher=ensemble: the ensemble.json of the ensemble CLI (here written by hand: the one
+    checkpoint twice) scores the training split the student learns from."""
+    record = tmp_path / "ensemble.json"
+    members = {"checkpoints": [str(teacher)] * 2, "weights": [0.5, 0.5], "scores": "standardized"}
+    record.write_text(json.dumps(members))
+    overrides = ["experiment=distill/tree_student", "teacher=ensemble", f"teacher.path={record}"]
+    run = differank.run([*overrides, *TINY_DATA, *ROUNDS], output_dir=tmp_path / "student")
+    assert 0.0 <= run.test_metrics["map"] <= 1.0
+    written = json.loads((run.run_dir / "student" / "student.json").read_text())
+    assert written["teacher"] == str(record) and written["rounds"] >= 1
