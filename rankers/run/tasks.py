@@ -2,7 +2,9 @@
 for what each writes). Imported only when a task runs, so ``python train.py --help`` and a mistyped
 override answer without loading torch. What a checkpoint alone does (``task=test | predict
 files=[...]``, ``task=export``) is here and loads no Lightning; the tasks that run a Trainer or
-read a fold are :mod:`differank.rankers.run.trainer_tasks`, imported only for them.
+read a fold are :mod:`differank.rankers.run.trainer_tasks`, imported only for them. A tree
+student (``student=lightgbm|xgboost``) is fitted by :mod:`differank.rankers.students.fit_task`
+and its model file exported by :mod:`differank.rankers.students.export_task`.
 
 Public API::
 
