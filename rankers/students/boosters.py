@@ -169,7 +169,7 @@ class LightGBMStudent(TreeStudent):
             "seed": seed,
             "deterministic": True,
         }
-        training = lightgbm.Dataset(train.features, group=train.groups.sizes, free_raw_data=False)
+        training = lightgbm.Dataset(train.features, group=train.groups.sizes)
         checking = lightgbm.Dataset(val.features, group=val.groups.sizes, reference=training)
         booster = lightgbm.train(
             params,

@@ -134,10 +134,9 @@ def lightgbm_splits(model) -> list[dict]:
     return splits
 
 
+@pytest.mark.parametrize("student", ["lightgbm"], indirect=True)
 def test_lightgbm_text_round_trips(student):
-    library, fitted, path = student
-    if library != "lightgbm":
-        pytest.skip("LightGBM's text model")
+    _, fitted, path = student
     import lightgbm
 
     rows = random_rows(10_000).astype(np.float64)
