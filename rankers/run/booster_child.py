@@ -19,6 +19,7 @@ on stderr.
 Public API::
 
     BOOSTERS = {"lightgbm": ..., "xgboost": ...}   # library -> loader of (features, predict)
+    cap_memory(limit)   # the address-space cap of a child (0: none)
     main(argv) -> int
 """
 
@@ -53,7 +54,7 @@ BOOSTERS: dict[str, Callable[[str], tuple[int, Predict]]] = {
 }
 
 
-def _cap_memory(limit: int) -> None:
+def cap_memory(limit: int) -> None:
     if limit > 0:
         import resource
 
@@ -64,7 +65,7 @@ def main(argv: Sequence[str]) -> int:
     """Score ``FEATURES.npy`` with the model into ``SCORES.npy``: 0, or 1 with one line on
     stderr saying why not (the library's error, or a feature count other than the data's)."""
     library, model, features_file, scores_file, memory = argv
-    _cap_memory(int(memory))
+    cap_memory(int(memory))
     features = np.load(features_file, allow_pickle=False)
     try:
         count, predict = BOOSTERS[library](model)

@@ -2,7 +2,9 @@
 for what each writes). Imported only when a task runs, so ``python train.py --help`` and a mistyped
 override answer without loading torch. What a checkpoint alone does (``task=test | predict
 files=[...]``, ``task=export``) is here and loads no Lightning; the tasks that run a Trainer or
-read a fold are :mod:`differank.rankers.run.trainer_tasks`, imported only for them.
+read a fold are :mod:`differank.rankers.run.trainer_tasks`, imported only for them. A tree
+student (``student=lightgbm|xgboost``) is fitted by :mod:`differank.rankers.students.fit_task`
+and its model file exported by :mod:`differank.rankers.students.export_task`.
 
 Public API::
 
@@ -37,6 +39,8 @@ from differank.rankers.run.scoring import (
     score_split,
     write_predictions,
 )
+from differank.rankers.students.export_task import export_student
+from differank.rankers.students.model_files import student_library
 from differank.rankers.training.console import NOISY_WARNINGS
 
 TASKS = ("fit", "test", "predict", "export", "simulate")
@@ -74,10 +78,22 @@ def run_task(
     if files and cfg.task not in ("test", "predict"):
         raise ValueError(f"files=... is scored by task=test or task=predict, not task={cfg.task}")
     quiet_third_party()
+    if cfg.task == "fit" and cfg.get("student") is not None:  # a tree student: no Lightning loop
+        from differank.rankers.students.fit_task import fit_student
+
+        return fit_student(cfg, run_dir)
     if cfg.task == "fit":
         return trainer_tasks().fit(cfg, run_dir, multirun)
     if cfg.task == "simulate":
         trainer_tasks().simulate_clicks(cfg, run_dir)
+        return float("nan")
+    if student_library(cfg.ckpt_path) is not None:  # a tree student's model file
+        if cfg.task != "export" or files:
+            raise ValueError(
+                f"{cfg.ckpt_path} is a tree student's model file: task=export writes its formats; "
+                "its test metrics and predictions are written by the student's fit"
+            )
+        export_student(cfg.ckpt_path, run_dir, cfg.get("export"))
         return float("nan")
     checkpoint = load_checkpoint(cfg.ckpt_path)
     serving = checkpoint.get("differank", {}).get("serving")

@@ -50,9 +50,18 @@ _CHILD_HEADROOM = 2 * 2**30
 _CHILD_STDERR_LINES = 3  # the library's last words, e.g. "[LightGBM] [Fatal] Model format error"
 
 
-class TeacherFileError(ValueError):
-    """A teacher file that its library could not load or score (it crashed, raised or refused
-    it); the message names the file, what happened and the library's last lines."""
+class BoosterFileError(ValueError):
+    """A LightGBM or XGBoost model file that its library could not load or score (it crashed,
+    raised or refused it); the message names the file, what happened and the library's last
+    lines."""
+
+    what = "model file"  # how the message names the file
+
+
+class TeacherFileError(BoosterFileError):
+    """A teacher's model file that its library could not load or score."""
+
+    what = "teacher file"
 
 
 class Teacher:
@@ -146,26 +155,13 @@ class BoosterTeacher(Teacher):
         with tempfile.TemporaryDirectory(prefix="differank-teacher-") as scratch:
             inputs, outputs = Path(scratch) / "features.npy", Path(scratch) / "scores.npy"
             np.save(inputs, features, allow_pickle=False)
-            memory = available_memory_bytes()
-            limit = 0 if memory is None else memory + _CHILD_HEADROOM
-            child = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "differank.rankers.run.booster_child",
-                    self.library,
-                    str(self.path),
-                    str(inputs),
-                    str(outputs),
-                    str(limit),
-                ],
-                capture_output=True,
-                text=True,
-                errors="replace",
-                env=_child_environment(),
+            run_booster_child(
+                "differank.rankers.run.booster_child",
+                self.library,
+                self.path,
+                [str(inputs), str(outputs)],
+                TeacherFileError,
             )
-            if child.returncode != 0:
-                raise TeacherFileError(self._failure(child.returncode, child.stderr))
             scores = np.load(outputs, allow_pickle=False)
         if scores.shape != (len(features),):
             raise TeacherFileError(
@@ -174,19 +170,41 @@ class BoosterTeacher(Teacher):
             )
         return scores
 
-    def _failure(self, returncode: int, stderr: str) -> str:
-        if returncode < 0:
-            happened = f"{self.library} crashed ({signal.Signals(-returncode).name})"
-        else:
-            happened = f"{self.library} failed (exit status {returncode})"
-        lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-        said = "; ".join(lines[-_CHILD_STDERR_LINES:])[-1000:].rstrip(". ") or "no message"
-        return (
-            f"teacher file {self.path} could not be scored: {happened} loading or running it: "
-            f"{said}. Give a model saved by {self.library}'s Booster.save_model, whole and "
-            "unedited, trained on this data's features "
-            "(docs/objectives/distill.md#foreign-model-files)"
-        )
+
+def run_booster_child(
+    module: str,
+    library: str,
+    path: Path,
+    arguments: list[str],
+    error: type[BoosterFileError],
+) -> None:
+    """``python -m MODULE LIBRARY PATH *ARGUMENTS MEMORY`` (a child that loads the model file
+    ``path`` with ``library``, capping its address space at ``MEMORY`` bytes); any failure of
+    it, a signal included, raises ``error`` naming the file, what happened, the library's last
+    lines and the fix."""
+    memory = available_memory_bytes()
+    limit = 0 if memory is None else memory + _CHILD_HEADROOM
+    child = subprocess.run(
+        [sys.executable, "-m", module, library, str(path), *arguments, str(limit)],
+        capture_output=True,
+        text=True,
+        errors="replace",
+        env=_child_environment(),
+    )
+    if child.returncode == 0:
+        return
+    if child.returncode < 0:
+        happened = f"{library} crashed ({signal.Signals(-child.returncode).name})"
+    else:
+        happened = f"{library} failed (exit status {child.returncode})"
+    lines = [line.strip() for line in child.stderr.splitlines() if line.strip()]
+    said = "; ".join(lines[-_CHILD_STDERR_LINES:])[-1000:].rstrip(". ") or "no message"
+    raise error(
+        f"{error.what} {path} could not be scored: {happened} loading or running it: "
+        f"{said}. Give a model saved by {library}'s Booster.save_model, whole and "
+        "unedited, trained on this data's features "
+        "(docs/objectives/distill.md#foreign-model-files)"
+    )
 
 
 def _child_environment() -> dict[str, str]:

@@ -154,13 +154,21 @@ def distill_teacher(cfg: DictConfig):
     """The teacher's scores of the training and validation splits (cached with the data):
     the teacher built from the user's ``teacher`` config, scoring the run's data read raw (no
     normalization, no transform), as every teacher scores raw features."""
-    from differank.datamodules.reader import default_cache_dir
     from differank.rankers.run.teacher_scores import teacher_scores
 
     teacher = instantiate(cfg.teacher)
-    raw = instantiate(cfg.data, normalization="none", **transform_none(cfg.data))
-    cache_dir = Path(raw.cache_dir or default_cache_dir()).expanduser()
+    raw, cache_dir = raw_data(cfg)
     return teacher_scores(teacher, raw, cache_dir)
+
+
+def raw_data(cfg: DictConfig):
+    """``(data module, its cache folder)``: the run's data read raw (no normalization, no
+    transform), as a teacher scores it and a tree student learns from it."""
+    from differank.datamodules.reader import default_cache_dir
+
+    check_data_root(cfg.data)
+    raw = instantiate(cfg.data, normalization="none", **transform_none(cfg.data))
+    return raw, Path(raw.cache_dir or default_cache_dir()).expanduser()
 
 
 def transform_none(data: DictConfig) -> dict:
