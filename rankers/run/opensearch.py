@@ -21,8 +21,10 @@ plugin reads the same): a feature set, and the model created from it.
     ``match_all``, boost 1): scores equal the PyTorch scorer's;
   - ``model/ranklib`` (an MLP with sigmoid hidden layers): RankLib's ``RankNet`` text
     (:mod:`~differank.rankers.run.ranklib`), whose score is ``sigmoid`` of differank's;
-  - ``model/xgboost+json`` (a tree student) is one more entry of :data:`MODEL_TYPES`, its
-    bodies :func:`opensearch_bodies` of its definition string.
+  - ``model/xgboost+json`` (a tree student, ``rankers/students/export_task.py``): the object
+    form ``{"objective": "reg:linear", "splits": [trees], "missing_as_zero": true}``
+    (:func:`xgboost_definition`): the plain sum of the leaves, and a feature the plugin could
+    not compute scored as 0 rather than sent down each node's ``missing`` branch.
 
 A feature the plugin cannot compute (its query does not match the document) is 0 for every
 model type. The z-score is folded into the weights and a non-affine ``data.transform`` is
@@ -35,6 +37,7 @@ Public API::
     opensearch_files(scorer, folder, name="differank", feature_names=None) -> {path: json text}
     opensearch_bodies(folder, name, feature_names, model_type, definition) -> {path: json text}
     opensearch_model(scorer, feature_names) -> (model type, definition string)
+    xgboost_definition(trees) -> model/xgboost+json definition string
     opensearch_feature_set(name, feature_names, bias) -> dict
     create_model_body(name, model_type, definition) -> dict
     MODEL_TYPES = {model type: whether its feature set needs BIAS_FEATURE}
@@ -56,14 +59,14 @@ from differank.rankers.run.ranklib import ranklib_text
 
 LINEAR = "model/linear"
 RANKLIB = "model/ranklib"
+XGBOOST = "model/xgboost+json"
 ENGINE = "OpenSearch's LTR plugin"
 KEYWORDS = "keywords"  # the sltr query's parameter, for a template replaced by a real query
 
 
 # the plugin's model types differank writes, and whether a type's feature set needs the
-# constant BIAS_FEATURE (model/linear has no intercept); a tree student's model/xgboost+json
-# is one more entry, written by opensearch_bodies from its definition string
-MODEL_TYPES: dict[str, bool] = {LINEAR: True, RANKLIB: False}
+# constant BIAS_FEATURE (model/linear has no intercept; trees need none)
+MODEL_TYPES: dict[str, bool] = {LINEAR: True, RANKLIB: False, XGBOOST: False}
 
 
 def opensearch_model(scorer, feature_names: Sequence[str]) -> tuple[str, str]:
@@ -77,6 +80,14 @@ def opensearch_model(scorer, feature_names: Sequence[str]) -> tuple[str, str]:
     weights = dict(zip(feature_names, layer.matrix[0].tolist(), strict=True))
     weights[BIAS_FEATURE] = float(layer.bias[0])
     return LINEAR, json.dumps(weights)
+
+
+def xgboost_definition(trees: Sequence[dict]) -> str:
+    """``model/xgboost+json``'s object form of a tree student's dump (``trees``, XGBoost's JSON
+    dump layout): objective ``reg:linear`` (the plugin's no-op normalizer: the score is the sum
+    of the leaves, as the student's) and ``missing_as_zero`` (the plugin's opt-in: an unset
+    feature is 0, LETOR's rule for an absent one, instead of NaN down ``missing``)."""
+    return json.dumps({"objective": "reg:linear", "splits": list(trees), "missing_as_zero": True})
 
 
 def create_model_body(name: str, model_type: str, definition: str) -> dict[str, Any]:

@@ -40,15 +40,11 @@ from pathlib import Path
 
 import numpy as np
 
+from differank.rankers.run.engine_layers import check_feature_names
 from differank.rankers.students.model_files import StudentModel, read_student_model
 
 Node = dict  # one node of a library's dump
 Rewrite = Callable[[Node, Node, Node, list[str]], dict]  # (node, yes, no, names) -> fields
-
-
-def default_feature_names(count: int) -> list[str]:
-    """``feature_1 .. feature_F``: the names of ``export.feature_names=null`` (LETOR's ids)."""
-    return [f"feature_{index + 1}" for index in range(count)]
 
 
 def float32_below(threshold: float) -> float:
@@ -173,13 +169,7 @@ _LAYOUTS: dict[str, tuple[Callable[[Node], Node], Callable, Rewrite]] = {
 def xgboost_trees(model: StudentModel, feature_names: Sequence[str] | None = None) -> list[dict]:
     """The student's trees in XGBoost's JSON dump layout (module docstring), ``split`` naming
     ``feature_names[i]`` for feature ``i`` (None: ``feature_1 .. feature_F``)."""
-    count = model.num_features
-    names = default_feature_names(count) if feature_names is None else list(feature_names)
-    if len(names) != model.num_features or len(set(names)) != len(names):
-        raise ValueError(
-            f"export.feature_names must give {model.num_features} distinct names (the features "
-            f"{model.path} reads), got {len(names)}"
-        )
+    names = check_feature_names(feature_names, model.num_features)
     if model.average_output:
         raise ValueError(
             f"{model.path} averages its trees (a LightGBM random forest); the XGBoost dump adds "

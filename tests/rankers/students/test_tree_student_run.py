@@ -71,6 +71,36 @@ def test_a_tree_student_trains_and_exports(teacher, tmp_path, library):
         np.testing.assert_array_equal(traverse(dump, names, missing), traverse(dump, names, absent))
 
 
+@pytest.mark.parametrize("library", sorted(STUDENTS))
+def test_a_tree_student_exports_opensearch_bodies_scoring_a_missing_feature_as_0(
+    teacher, tmp_path, library
+):
+    """``export.format=opensearch``: the feature set (no bias feature) and a
+    ``model/xgboost+json`` body in the plugin's object form, ``missing_as_zero`` on: a feature
+    the plugin cannot compute scores as the LETOR reader's absent feature, 0, for XGBoost
+    students too (whose trees send NaN down a learned default branch)."""
+    model_name, _ = STUDENTS[library]
+    overrides = ["experiment=distill/tree_student", f"student={library}", f"teacher.path={teacher}"]
+    run = differank.run([*overrides, *TINY_DATA, *ROUNDS], output_dir=tmp_path / "student")
+    model = run.run_dir / "student" / model_name
+    predicted = np.loadtxt(run.run_dir / "predictions" / "test.txt")
+    exported = ["task=export", f"ckpt_path={model}", "export.format=opensearch", "export.name=s"]
+    differank.run(exported, output_dir=tmp_path / "export")
+    folder = tmp_path / "export" / "export" / "opensearch"
+    feature_set = json.loads((folder / "featureset.json").read_text())["featureset"]
+    body = json.loads((folder / "model.json").read_text())["model"]
+    split = raw_test_split()
+    names = [feature["name"] for feature in feature_set["features"]]
+    assert names == [f"feature_{i + 1}" for i in range(split.features.shape[1])]
+    assert body["name"] == feature_set["name"] == "s"
+    assert body["model"]["type"] == "model/xgboost+json"
+    definition = json.loads(body["model"]["definition"])
+    assert definition["objective"] == "reg:linear" and definition["missing_as_zero"] is True
+    trees = json.dumps(definition["splits"])
+    # the reader's features (an absent one 0) score as the student predicted them
+    np.testing.assert_allclose(traverse(trees, names, split.features), predicted, atol=1e-5)
+
+
 def test_a_student_needs_a_teacher_and_resumes_nothing(teacher, tmp_path):
     with pytest.raises(ValueError, match="student=... learns from a teacher"):
         differank.run(["student=lightgbm", *TINY_DATA], output_dir=tmp_path / "run")
@@ -91,7 +121,7 @@ def test_a_student_model_file_is_only_exported(teacher, tmp_path):
     model = run.run_dir / "student" / "model.txt"
     with pytest.raises(ValueError, match="tree student's model file: task=export"):
         differank.run(["task=test", f"ckpt_path={model}"], output_dir=tmp_path / "test")
-    with pytest.raises(ValueError, match="leave export.format unset"):
+    with pytest.raises(ValueError, match="export.format=opensearch"):
         differank.run(
             ["task=export", f"ckpt_path={model}", "export.format=onnx"],
             output_dir=tmp_path / "export",
