@@ -365,7 +365,8 @@ def run_job(job: Job) -> dict:
         else:
             row = training_run(overrides, job.run_dir)
             row["val_map"] = row.pop("val/map")  # the selection signal (conf/train.yaml monitor)
-            write_val_scores(job.run_dir)
+            root = compose_config(overrides, run_dir=job.run_dir).data.get("root")
+            write_val_scores(job.run_dir, root)
         row.update(fold=job.fold, seed=job.seed, run_dir=str(job.run_dir))
     except Exception as error:  # one failing run (e.g. an invalid option pair) is a failed trial
         traceback.print_exc()
@@ -377,15 +378,17 @@ def run_job(job: Job) -> dict:
     return row
 
 
-def write_val_scores(run_dir: Path) -> None:
+def write_val_scores(run_dir: Path, data_root: str | None) -> None:
     """``predictions/val.txt``: the best checkpoint's scores of the validation split, one per
-    source row (what the ensemble selects on), from the checkpoint alone."""
+    source row (what the ensemble selects on), from the checkpoint and the run's own data
+    folder ``data_root`` (a LETOR folder given by path is not under the data folder)."""
     from differank.rankers.checkpoints import load_ranker
     from differank.rankers.run.ensemble import evaluation_data
     from differank.rankers.run.scoring import score_split
 
     checkpoint = run_dir / "checkpoints" / "best.ckpt"
-    scores = score_split(load_ranker(checkpoint), evaluation_data(checkpoint).split_data("val"))
+    data = evaluation_data(checkpoint, data_root=data_root)
+    scores = score_split(load_ranker(checkpoint), data.split_data("val"))
     write_file(run_dir / "predictions" / "val.txt", "".join(f"{s:.17g}\n" for s in scores))
 
 

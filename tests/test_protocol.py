@@ -251,3 +251,27 @@ def test_the_greedy_ensemble_adds_a_member_only_while_validation_map_rises(tmp_p
     assert counts == {"first": 1, "second": 1} and val_map == 1.0
     assert test_runs[0]["map"] == 1.0
     assert protocol.per_query(test_runs, {1: split}, "map") == {(1, 1): 1.0, (1, 2): 1.0}
+
+
+def test_a_run_on_a_letor_folder_given_by_path_scores_its_own_validation(tmp_path, monkeypatch):
+    """A LETOR folder outside the data folder: the trial's validation scores are read from that
+    folder (not looked up by its name under $LETOR_DIR), so the run succeeds."""
+    from differank.datamodules.synthetic import SyntheticLetorDataModule
+
+    heldout = tmp_path / "heldout"
+    SyntheticLetorDataModule(40, 20, 20, root=heldout).split_files("train")  # writes Fold1
+    monkeypatch.setenv("LETOR_DIR", str(tmp_path / "data_home"))
+    dataset = protocol.Dataset.parse(f"heldout={heldout}")
+    overrides = (*dataset.overrides, "model=linear", "loss=ranknet", *TINY)
+    row, rows = protocol.Row("ranknet"), _val_rows(heldout)
+    job = protocol.Job(row, overrides, (), 1, 0, tmp_path / "run", rows)
+    result = protocol.run_job(job)
+    assert "error" not in result, result.get("error")
+    assert len((tmp_path / "run" / "predictions" / "val.txt").read_text().splitlines()) == rows
+
+
+TINY = ("trainer.max_epochs=1", "logger=csv")
+
+
+def _val_rows(root) -> int:
+    return sum(1 for _ in (root / "Fold1" / "vali.txt").open())
