@@ -10,11 +10,12 @@ overrides (``data=...``, ``data.*``) name the data set. The run folder gets:
 - ``tune.md``: the table (each row's validation and test figures, paired intervals against
   LightGBM, the ensemble, the validation-chosen row) and what was searched (trials per row);
 - ``tune.json``: the same as a record; ``tune.png``: the forest plot;
-- ``checkpoints/best.ckpt``: the chosen model: the differank row with the best mean validation
-  MAP, its chosen trial's run on the first fold (seed 0), which ``load_ranker``,
-  ``task=test|predict|export ckpt_path=...`` read. When the ensemble is chosen on validation,
-  ``ensemble.md`` names its members' checkpoints and the command that builds it
-  (``python -m differank.rankers.run.ensemble``); ``best.ckpt`` stays the best single row;
+- ``checkpoints/best.ckpt``: the chosen model on the first fold, which ``load_ranker``,
+  ``task=test|predict|export ckpt_path=...`` read: the validation-chosen differank row's chosen
+  run (seed 0), or the chosen ensemble's run when it has one member. An ensemble of several is
+  not one checkpoint: ``ensemble.md`` then names its members' checkpoints and the command that
+  builds it (``python -m differank.rankers.run.ensemble``), and ``best.ckpt`` is the best
+  single row;
 - ``runs/``: every trial's run (cached: ``tune.runs=DIR`` reuses another run's).
 
 From Python: :func:`tune` (``differank.tune``). ``benchmarks/protocol.py`` runs the same
@@ -31,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hydra.errors import InstantiationException
 from omegaconf import DictConfig
 
 from differank.datamodules.atomic_files import write_file
@@ -160,13 +162,23 @@ def data_folds(dataset: Dataset, extra: Sequence[str], runs: Path) -> tuple[int,
             data_module([*dataset.overrides, *extra, f"++data.fold={fold}"], runs).split_files(
                 "train"
             )
-        except (ValueError, OSError):
+        except (ValueError, OSError, InstantiationException):  # no such fold (Hydra wraps it)
             if fold == 1:
                 raise
             break
         folds.append(fold)
     log.info("tune: folds %s of %s", folds, dataset.name)
     return tuple(folds)
+
+
+def _generated(data: DictConfig) -> bool:
+    """Whether the data is generated from its seed (synthetic): the seeds' runs would each read
+    other queries, and their paired intervals pair nothing."""
+    from hydra.utils import get_class
+
+    from differank.datamodules.synthetic import SyntheticLetorDataModule
+
+    return issubclass(get_class(data._target_), SyntheticLetorDataModule)
 
 
 def profile_of(cfg: DictConfig, overrides: Sequence[str], runs: Path) -> tuple[Profile, Dataset]:
@@ -183,6 +195,8 @@ def profile_of(cfg: DictConfig, overrides: Sequence[str], runs: Path) -> tuple[P
     root = cfg.data.get("root")
     chosen = [o.split("=", 1)[1] for o in data if o.split("=", 1)[0] == "data"]
     name = Path(str(root)).name if root else (chosen[-1] if chosen else "data")
+    if _generated(cfg.data) and not any(o.lstrip("+").startswith("data.seed=") for o in data):
+        data.append(f"data.seed={cfg.seed}")  # one generated data set for every seed's run
     dataset = Dataset(name, tuple(data))
     extra = tuple(o for o in overrides if _passed_on(o))
     folds = tuple(options.folds) if options.folds else data_folds(dataset, extra, runs)
@@ -222,8 +236,9 @@ def tune_task(cfg: DictConfig, run_dir: Path, overrides: Sequence[str]) -> None:
 
 
 def write_chosen(selection: Selection, dataset: Dataset, profile: Profile, run_dir: Path) -> str:
-    """``checkpoints/best.ckpt``: the best single differank row's chosen run on the first fold;
-    ``ensemble.md`` when the ensemble was chosen on validation. Returns the report's line."""
+    """``checkpoints/best.ckpt``: the validation-chosen model on the first fold: the ensemble's
+    member when the chosen ensemble has one, else the best single differank row's seed 0 (and
+    ``ensemble.md`` when an ensemble of several was chosen). Returns the report's line."""
     table = selection.record[dataset.name]
     singles = [
         (entry["val_map_mean"], name)
@@ -232,42 +247,58 @@ def write_chosen(selection: Selection, dataset: Dataset, profile: Profile, run_d
     ]
     if not singles:
         return "No differank row finished: no checkpoint is written."
-    _, name = max(singles)
-    result = next(r for r in selection.results if r.row.name == name)
-    run = next(r for r in result.chosen.runs if r["fold"] == profile.folds[0])
-    source = Path(run["run_dir"]) / "checkpoints" / "best.ckpt"
+    ensemble_chosen = bool(table["chosen"]) and table["chosen"].startswith("ensemble")
+    counts = table["ensemble"]
+    if ensemble_chosen and len(counts) == 1:  # the ensemble is one run (picked once or more)
+        name, _, seed = next(iter(counts)).rpartition("#")
+    else:
+        name, seed = max(singles)[1], "0"
+    fold = profile.folds[0]
+    source = _member_checkpoint(selection, dataset, name, int(seed), fold)
     target = run_dir / "checkpoints" / "best.ckpt"
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(source, target)
     line = (
-        f"Chosen model: `checkpoints/best.ckpt` = {name} (trial {result.chosen.number}, fold "
-        f"{profile.folds[0]}, seed 0; copied from `{source}`)."
+        f"Chosen model: `checkpoints/best.ckpt` = {name} (fold {fold}, seed {seed}; copied "
+        f"from `{source}`)."
     )
-    if table["chosen"] and table["chosen"].startswith("ensemble"):
-        write_file(run_dir / "ensemble.md", ensemble_recipe(table["ensemble"], selection, profile))
+    if ensemble_chosen and len(counts) > 1:
+        members = [
+            (_member_checkpoint(selection, dataset, *_member(member), fold), count)
+            for member, count in counts.items()
+        ]
+        write_file(run_dir / "ensemble.md", ensemble_recipe(members, fold))
         line += (
             " The ensemble was chosen on validation: `ensemble.md` names its members and the "
-            "command that builds it."
+            "command that builds it; `best.ckpt` is the best single row."
         )
     return line
 
 
-def ensemble_recipe(counts: dict[str, int], selection: Selection, profile: Profile) -> str:
-    """The chosen ensemble's members (first fold's checkpoints, weight = times picked) and the
-    command of :mod:`differank.rankers.run.ensemble` that builds and scores it."""
-    paths, weights = [], []
-    for member, count in counts.items():
-        name, _, seed = member.rpartition("#")
-        result = next(r for r in selection.results if r.row.name == name)
-        runs = next(iter(result.seeds.values()))
-        run = next(r for r in runs if r["seed"] == int(seed) and r["fold"] == profile.folds[0])
-        paths.append(str(Path(run["run_dir"]) / "checkpoints" / "best.ckpt"))
-        weights.append(str(count))
+def _member(member: str) -> tuple[str, int]:
+    """``ROW#SEED`` (an ensemble member's name) as ``(ROW, SEED)``."""
+    name, _, seed = member.rpartition("#")
+    return name, int(seed)
+
+
+def _member_checkpoint(
+    selection: Selection, dataset: Dataset, name: str, seed: int, fold: int
+) -> Path:
+    """The best checkpoint of row ``name``'s chosen setting with ``seed`` on ``fold``."""
+    result = next(r for r in selection.results if r.row.name == name)
+    runs = result.seeds[dataset.name]
+    run = next(r for r in runs if r["seed"] == seed and r["fold"] == fold)
+    return Path(run["run_dir"]) / "checkpoints" / "best.ckpt"
+
+
+def ensemble_recipe(members: list[tuple[Path, int]], fold: int) -> str:
+    """The chosen ensemble's members (their checkpoints on ``fold``, weight = times picked) and
+    the command of :mod:`differank.rankers.run.ensemble` that builds and scores it."""
+    paths = " ".join(str(path) for path, _ in members)
+    weights = " ".join(str(count) for _, count in members)
     return (
-        "# The chosen ensemble (fold {fold})\n\n"
-        "python -m differank.rankers.run.ensemble {paths} --weights {weights} --out DIR\n".format(
-            fold=profile.folds[0], paths=" ".join(paths), weights=" ".join(weights)
-        )
+        f"# The chosen ensemble (fold {fold})\n\n"
+        f"python -m differank.rankers.run.ensemble {paths} --weights {weights} --out DIR\n"
     )
 
 

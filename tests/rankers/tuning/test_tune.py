@@ -6,6 +6,8 @@ with ``task=test data.root=DIR``), the budget stop, and failures named, never sc
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import protocol  # benchmarks/ is on the path (tests/conftest.py)
 import pytest
@@ -14,6 +16,7 @@ import differank
 from differank.cli import hydra_arguments
 from differank.rankers.tuning import trials
 from differank.rankers.tuning.selection import NoCandidatesError, select_ensemble
+from differank.rankers.tuning.tune import data_folds, ensemble_recipe
 
 pytest.importorskip("lightgbm")
 pytest.importorskip("optuna")
@@ -50,7 +53,7 @@ def test_the_smoke_profile_through_differank_tune_reports_every_row(smoke):
 
 
 @pytest.mark.slow
-def test_the_chosen_checkpoint_is_read_by_load_ranker_and_predict(smoke, tmp_path):
+def test_the_chosen_checkpoint_is_read_by_load_ranker_predict_and_export(smoke, tmp_path):
     result, record = smoke
     assert result.checkpoint == result.run_dir / "checkpoints" / "best.ckpt"
     differank.load_ranker(result.checkpoint)
@@ -58,8 +61,20 @@ def test_the_chosen_checkpoint_is_read_by_load_ranker_and_predict(smoke, tmp_pat
         ["task=predict", f"ckpt_path={result.checkpoint}", "quiet=true"], output_dir=tmp_path
     )
     assert (done.run_dir / "predictions" / "test.txt").is_file()
-    singles = {k: v for k, v in result.mean_val_map.items() if not k.startswith(("peer_", "ens"))}
-    assert f"= {max(singles, key=singles.get)} " in result.report.read_text()
+    exported = differank.run(
+        ["task=export", f"ckpt_path={result.checkpoint}", "export.format=torchscript"],
+        output_dir=tmp_path / "export",
+    )
+    assert (exported.run_dir / "export" / "scorer.pt").is_file()
+    chosen = r"= (\S+) \(fold 1, seed (\d); copied from `([^`]+)`"
+    line = re.search(chosen, result.report.read_text())
+    assert line is not None and line[1] in record["rows"]
+    assert result.checkpoint.read_bytes() == Path(line[3]).read_bytes()
+
+
+def test_a_chosen_ensemble_of_several_is_written_as_the_command_that_builds_it():
+    text = ensemble_recipe([(Path("a/best.ckpt"), 2), (Path("b/best.ckpt"), 1)], 1)
+    assert "ensemble a/best.ckpt b/best.ckpt --weights 2 1 --out DIR" in text
 
 
 def test_the_cli_word_tune_is_task_tune():
@@ -98,6 +113,22 @@ def test_the_budget_stops_each_row_after_its_default_trial_and_marks_it(tmp_path
         assert len(row["trials"]) == 1 and row["seeds"] == 1 and row["over_budget"], name
     assert "over budget" in result.report.read_text()
     assert record["budget_seconds"] == 0.1
+
+
+def test_the_folds_are_those_the_data_has(tmp_path):
+    from differank.datamodules.synthetic import SyntheticLetorDataModule
+
+    synthetic = trials.Dataset("synthetic", ("data=synthetic",))
+    assert data_folds(synthetic, protocol.TINY_OVERRIDES, tmp_path) == (1,)
+    letor = tmp_path / "letor"
+    for fold in (1, 2):
+        SyntheticLetorDataModule(4, 2, 2, seed=fold, root=letor / "gen").split_files("train")
+        (letor / "gen" / "Fold1").rename(letor / f"Fold{fold}")
+    given = trials.Dataset("letor", ("data=letor", f"data.root={letor}"))
+    assert data_folds(given, (), tmp_path) == (1, 2)
+    missing = trials.Dataset("nowhere", ("data=letor", f"data.root={tmp_path / 'nowhere'}"))
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        data_folds(missing, (), tmp_path)  # fold 1's error, as it is
 
 
 def test_a_bad_budget_is_refused_before_anything_runs(tmp_path):
