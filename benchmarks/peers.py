@@ -57,7 +57,7 @@ LABELS = {
 
 
 # The settings each peer chooses from on validation MAP when no others are given (reproduce.py);
-# benchmarks/protocol.py passes its own, one Optuna trial at a time (its _peer_spaces).
+# benchmarks/protocol.py passes its own, one Optuna trial at a time (rankers/tuning/space.py).
 DEFAULT_CANDIDATES = {
     "lightgbm": [{"learning_rate": 0.05, "num_leaves": leaves} for leaves in (7, 15, 31)],
     "xgboost": [{"eta": 0.05, "max_depth": depth} for depth in (3, 6)],
