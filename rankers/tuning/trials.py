@@ -183,7 +183,7 @@ def run_job(job: Job) -> dict:
             write_val_scores(job.run_dir, root)
         row.update(fold=job.fold, seed=job.seed, run_dir=str(job.run_dir))
     except Exception as error:  # one failing run (e.g. an invalid option pair) is a failed trial
-        log.warning("%s failed (the report names it)", job.run_dir, exc_info=True)
+        log.error("%s failed (the report names it)", job.run_dir, exc_info=True)
         row = {"error": " ".join(f"{type(error).__name__}: {error}".split()), "fold": job.fold}
     row.update(seconds=time.perf_counter() - start, cpu_seconds=time.process_time() - cpu)
     row["job"] = _identity(job)
