@@ -4,11 +4,12 @@ The split, in the order the rows run (the references first, so every other row i
 the trials they got): each row gets an equal share of the time left, ``left / rows left``, so a
 row that finishes early hands its unused time on. Within its share a row searches, then trains
 its chosen setting's extra seeds: a new trial starts only while the share still holds it and
-those seeds at the row's mean trial time so far; the seeds run while the share holds them
-(fewer seeds when it does not, never none: seed 0 is the chosen trial's own run). Trial 0 (the
-row's defaults) always runs. A trial is never cut: one that finishes past its row's share is
-kept and marked ``over budget`` in the report, and so is a row whose share is spent before its
-seeds. The greedy ensemble and the report come after the budget (seconds: they read scores).
+those seeds at the row's mean trial time so far; the seeds run while the share holds them (fewer
+seeds when it does not, never none: seed 0 is the chosen trial's own run). Trial 0 (the row's
+defaults) always runs (with ``tune.jobs`` > 1 trials run two at a time: the first two). A trial
+is never cut: one that finishes past its row's share is kept and marked ``over budget`` in the
+report, and so is a row whose share is spent before its seeds. The greedy ensemble and the
+report come after the budget (seconds: they read scores).
 """
 
 from __future__ import annotations
