@@ -74,9 +74,18 @@ def val_map(datamodule, scores: np.ndarray) -> float:
         return score_file(datamodule, "val", scores, Path(tmp) / "val.txt")["map"]
 
 
-def best_of(chosen, candidate) -> tuple[Callable, dict, float]:
+Fitted = tuple[Callable, dict, float]  # (predict, settings, validation MAP)
+
+
+def best_of(chosen: Fitted | None, candidate: Fitted) -> Fitted:
     """The better ``(predict, settings, val_map)`` of two (the first on a tie)."""
     return candidate if chosen is None or candidate[2] > chosen[2] else chosen
+
+
+def _chosen(chosen: Fitted | None, peer: str) -> Fitted:
+    if chosen is None:
+        raise ValueError(f"{peer}: no candidate setting to fit (give at least one)")
+    return chosen
 
 
 class BoosterScores:
@@ -102,7 +111,7 @@ def fit_lightgbm(
     vx, vy, vgroups = grouped(val)
     early = GroupedMap(vy, vgroups)
     rounds, patience = (TINY_ROUNDS, TINY_PATIENCE) if tiny else (ROUNDS, PATIENCE)
-    chosen = None
+    chosen: Fitted | None = None
     for candidate in candidates:
         params = {**LIGHTGBM_FIXED, "seed": seed, **candidate}
         data = lgb.Dataset(x, y, group=groups)
@@ -119,7 +128,7 @@ def fit_lightgbm(
         score = val_map(datamodule, predict(val.features))
         settings = {**candidate, "rounds": booster.best_iteration}
         chosen = best_of(chosen, (predict, settings, score))
-    return chosen
+    return _chosen(chosen, "lightgbm")
 
 
 # LightGBM's parameters besides a candidate's (which win).
@@ -159,7 +168,7 @@ def fit_xgboost(
     dval = xgb.DMatrix(vx, label=vy, group=vgroups)
     early = GroupedMap(vy, vgroups)
     rounds, patience = (TINY_ROUNDS, TINY_PATIENCE) if tiny else (ROUNDS, PATIENCE)
-    chosen = None
+    chosen: Fitted | None = None
     for candidate in candidates:
         params = {**XGBOOST_FIXED, "seed": seed, **candidate}
         booster = xgb.train(
@@ -177,7 +186,7 @@ def fit_xgboost(
         score = val_map(datamodule, predict(val.features))
         settings = {**candidate, "rounds": booster.best_iteration + 1}
         chosen = best_of(chosen, (predict, settings, score))
-    return chosen
+    return _chosen(chosen, "xgboost")
 
 
 FITTERS = {"lightgbm": fit_lightgbm, "xgboost": fit_xgboost}

@@ -157,16 +157,19 @@ def _number(value: float | None) -> str:
 
 def write_experiment(result: RowResult, dataset: Dataset, folder: Path, table: Path | None) -> Path:
     """The row's chosen setting as a ``conf/experiment`` file: its groups, then its keys."""
+    chosen = result.chosen
+    if chosen is None:
+        raise ValueError(f"{result.row.name} has no chosen setting to write: {result.failure}")
     overrides = [*dataset.overrides, *row_space(result.row)[0]]
     groups = [o.split("=", 1) for o in overrides if "." not in o.split("=", 1)[0]]
     settings: dict = {}
-    for key, value in result.chosen.setting.items():
+    for key, value in chosen.setting.items():
         node = settings
         *parents, leaf = key.split(".")
         for parent in parents:
             node = node.setdefault(parent, {})
         node[leaf] = value
-    trial = result.chosen.number
+    trial = chosen.number
     source = f"; table: {table.name}" if table else ""
     lines = [
         "# @package _global_",

@@ -231,8 +231,8 @@ class Protocol:
                     study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 shown = f"val MAP {value:.4f}" if value is not None else f"failed: {done.error}"
                 log.info("[tune] %s trial %d: %s %s", row.name, done.number, shown, setting)
-        finished = [t for t in result.trials if t.val_map is not None]
-        result.chosen = max(finished, key=lambda t: t.val_map) if finished else None
+        finished = [(value, t) for t in result.trials if (value := t.val_map) is not None]
+        result.chosen = max(finished, key=lambda pair: pair[0])[1] if finished else None
         result.over_budget = any(t.over_budget for t in result.trials)
         return result
 

@@ -38,7 +38,10 @@ def per_query(runs: list[dict], test: dict[int, Split], key: str) -> dict[tuple[
     values: dict[tuple[int, int], list[float]] = {}
     for run in runs:
         split = test[run["fold"]]
-        qids, metrics = per_query_values(_scores(run, "test"), split.labels, split.qids)
+        scores, labels, qids_ = (
+            torch.as_tensor(values) for values in (_scores(run, "test"), split.labels, split.qids)
+        )
+        qids, metrics = per_query_values(scores, labels, qids_)
         for qid, value in zip(qids, metrics[key].tolist(), strict=True):
             values.setdefault((run["fold"], qid), []).append(value)
     return {pair: statistics.fmean(seeds) for pair, seeds in values.items()}
@@ -136,9 +139,9 @@ def select_ensemble(members: dict[str, list[dict]], val: dict[int, Split], test:
         totals = {f: totals[f] + val_scores[name][f] for f in folds}
     test_runs = []
     for f in folds:
-        total = sum(
-            count * test[f].padded(_scores(by_fold[n][f], "test")) for n, count in counts.items()
-        )
+        total = torch.zeros_like(test[f].index, dtype=torch.float64)
+        for n, count in counts.items():
+            total = total + count * test[f].padded(_scores(by_fold[n][f], "test"))
         scores = test[f].flat(total)
         metrics = evaluate_arrays(scores, test[f].labels, test[f].qids)
         test_runs.append({**metrics, "fold": f, "test_scores": scores, "val_map": best})

@@ -108,7 +108,7 @@ def _read_result(record: Path, job: Job) -> dict:
     for key in RESULT_NUMBERS:
         value = cached.get(key)
         number = isinstance(value, int | float) and not isinstance(value, bool)
-        if not number or not math.isfinite(value):
+        if not (number and isinstance(value, int | float) and math.isfinite(value)):
             raise UntrustedFile(f"{record} has {key} {value!r}, not a finite number")
     cached["run_dir"] = str(job.run_dir)  # its predictions are read here (runs folder moved)
     return cached
