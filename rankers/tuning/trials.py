@@ -40,11 +40,15 @@ def training_run(overrides: list[str], run_dir: Path) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class Dataset:
+    """A data set the protocol runs on: its name (the report's, the runs folder's) and the
+    overrides that choose it (``data=mq2008``; ``data=letor data.root=DIR``)."""
+
     name: str
     overrides: tuple[str, ...]
 
     @classmethod
     def parse(cls, text: str) -> Dataset:
+        """A ``conf/data`` name (``mq2008``) or ``NAME=DIR`` for any LETOR folder."""
         name, sep, root = text.partition("=")
         if sep:
             return cls(name, ("data=letor", f"data.root={root}"))
