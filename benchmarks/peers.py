@@ -28,16 +28,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from differank.rankers.metrics.evaluate import evaluate_files
-from differank.rankers.metrics.letor import letor_metrics
+from differank.rankers.tuning import reference
+from differank.rankers.tuning.reference import (  # noqa: F401 (importable from here, as before)
+    BoosterScores,
+    GroupedMap,
+    best_of,
+    fit_lightgbm,
+    fit_xgboost,
+    grouped,
+    score_file,
+    val_map,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,45 +56,8 @@ LABELS = {
 }
 
 
-def grouped(split) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Rows reordered so each query is contiguous: (features, labels, group sizes)."""
-    order = np.concatenate([split.query_rows[q] for q in split.queries])
-    sizes = np.asarray([len(split.query_rows[q]) for q in split.queries], dtype=np.int64)
-    return split.features[order], split.labels[order], sizes
-
-
-def score_file(datamodule, split: str, scores: np.ndarray, path: Path) -> dict[str, float]:
-    """Write one score per source row (``%.17g``) and score it with the
-    docs/metrics.md#the-letor-script-rules evaluator."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(f"{s:.17g}\n" for s in np.asarray(scores, dtype=np.float64)))
-    return evaluate_files(datamodule.split_files(split), path)
-
-
-class GroupedMap:
-    """Mean LETOR MAP (docs/metrics.md#the-letor-script-rules,
-    :func:`differank.rankers.metrics.letor.letor_metrics`) of scores given in
-    :func:`grouped` order: the early-stopping metric of the tree peers."""
-
-    def __init__(self, labels: np.ndarray, sizes: np.ndarray):
-        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-        columns = np.arange(int(sizes.max()))
-        self.mask = torch.from_numpy(columns[None, :] < sizes[:, None])
-        self.index = torch.from_numpy(np.where(self.mask.numpy(), starts[:, None] + columns, 0))
-        self.labels = torch.from_numpy(np.asarray(labels, dtype=np.float64))[self.index]
-
-    def __call__(self, scores: np.ndarray) -> float:
-        values = torch.from_numpy(np.asarray(scores, dtype=np.float64))[self.index]
-        return float(letor_metrics(values, self.labels, self.mask, ks=(1,))["map"].mean())
-
-
-def _val_map(datamodule, scores: np.ndarray) -> float:
-    with tempfile.TemporaryDirectory() as tmp:
-        return score_file(datamodule, "val", scores, Path(tmp) / "val.txt")["map"]
-
-
 # The settings each peer chooses from on validation MAP when no others are given (reproduce.py);
-# benchmarks/protocol.py passes its own, one Optuna trial at a time (its _peer_spaces).
+# benchmarks/protocol.py passes its own, one Optuna trial at a time (rankers/tuning/space.py).
 DEFAULT_CANDIDATES = {
     "lightgbm": [{"learning_rate": 0.05, "num_leaves": leaves} for leaves in (7, 15, 31)],
     "xgboost": [{"eta": 0.05, "max_depth": depth} for depth in (3, 6)],
@@ -99,106 +68,6 @@ TINY_CANDIDATES = {
     "xgboost": [{"eta": 0.05, "max_depth": 3}],
     "ranksvm": [{"C": 0.01}],
 }
-
-
-def _best(chosen, candidate) -> tuple[Callable, dict, float]:
-    return candidate if chosen is None or candidate[2] > chosen[2] else chosen
-
-
-class BoosterScores:
-    """A LightGBM booster's scores at its early-stopped iteration; ``booster`` is kept, so a
-    caller can save the chosen model (benchmarks/distill_results.py's teacher file)."""
-
-    def __init__(self, booster) -> None:
-        self.booster = booster
-
-    def __call__(self, features: np.ndarray) -> np.ndarray:
-        return self.booster.predict(features, num_iteration=self.booster.best_iteration)
-
-
-def fit_lightgbm(
-    datamodule, tiny: bool, candidates: list[dict], seed: int = 0
-) -> tuple[Callable, dict, float]:
-    import lightgbm as lgb
-
-    train, val = datamodule.split_data("train"), datamodule.split_data("val")
-    x, y, groups = grouped(train)
-    vx, vy, vgroups = grouped(val)
-    val_map = GroupedMap(vy, vgroups)
-    rounds, best = (20, 5) if tiny else (1000, 50)
-    chosen = None
-    for candidate in candidates:
-        params = {
-            "objective": "lambdarank",
-            "metric": "None",
-            "min_data_in_leaf": 20,
-            "feature_fraction": 0.9,
-            "bagging_fraction": 0.9,
-            "bagging_freq": 1,
-            "num_threads": 1,
-            "verbose": -1,
-            "seed": seed,
-            "deterministic": True,
-            **candidate,
-        }
-        data = lgb.Dataset(x, y, group=groups)
-        valid = lgb.Dataset(vx, vy, group=vgroups, reference=data)
-        booster = lgb.train(
-            params,
-            data,
-            num_boost_round=rounds,
-            valid_sets=[valid],
-            feval=lambda scores, _: ("map", val_map(scores), True),
-            callbacks=[lgb.early_stopping(best, verbose=False)],
-        )
-        predict = BoosterScores(booster)
-        score = _val_map(datamodule, predict(val.features))
-        settings = {**candidate, "rounds": booster.best_iteration}
-        chosen = _best(chosen, (predict, settings, score))
-    return chosen
-
-
-def fit_xgboost(
-    datamodule, tiny: bool, candidates: list[dict], seed: int = 0
-) -> tuple[Callable, dict, float]:
-    import xgboost as xgb
-
-    train, val = datamodule.split_data("train"), datamodule.split_data("val")
-    x, y, groups = grouped(train)
-    vx, vy, vgroups = grouped(val)
-    dtrain = xgb.DMatrix(x, label=y, group=groups)
-    dval = xgb.DMatrix(vx, label=vy, group=vgroups)
-    val_map = GroupedMap(vy, vgroups)
-    rounds, best = (20, 5) if tiny else (1000, 50)
-    chosen = None
-    for candidate in candidates:
-        params = {
-            "objective": "rank:ndcg",
-            "disable_default_eval_metric": 1,
-            "min_child_weight": 1,
-            "subsample": 0.9,
-            "colsample_bytree": 0.9,
-            "tree_method": "hist",
-            "nthread": 1,
-            "seed": seed,
-            **candidate,
-        }
-        booster = xgb.train(
-            params,
-            dtrain,
-            num_boost_round=rounds,
-            evals=[(dval, "val")],
-            custom_metric=lambda scores, _: ("map", val_map(scores)),
-            maximize=True,
-            early_stopping_rounds=best,
-            verbose_eval=False,
-        )
-        limit = (0, booster.best_iteration + 1)
-        predict = lambda f, b=booster, r=limit: b.predict(xgb.DMatrix(f), iteration_range=r)  # noqa: E731
-        score = _val_map(datamodule, predict(val.features))
-        settings = {**candidate, "rounds": booster.best_iteration + 1}
-        chosen = _best(chosen, (predict, settings, score))
-    return chosen
 
 
 def pair_differences(split, max_pairs: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -239,14 +108,14 @@ def fit_ranksvm(
         svm.fit(diffs, signs)
         weights = svm.coef_.ravel()
         predict = lambda f, w=weights: np.asarray(f, dtype=np.float64) @ w  # noqa: E731
-        score = _val_map(datamodule, predict(val.features))
+        score = val_map(datamodule, predict(val.features))
         settings = {**candidate, "pairs": len(diffs)}
-        chosen = _best(chosen, (predict, settings, score))
+        chosen = best_of(chosen, (predict, settings, score))
     return chosen
 
 
-FITTERS = {"lightgbm": fit_lightgbm, "xgboost": fit_xgboost, "ranksvm": fit_ranksvm}
-MODULES = {"lightgbm": "lightgbm", "xgboost": "xgboost", "ranksvm": "sklearn"}
+FITTERS = {**reference.FITTERS, "ranksvm": fit_ranksvm}
+MODULES = {**reference.MODULES, "ranksvm": "sklearn"}
 
 
 def available(peer: str) -> bool:
@@ -268,27 +137,14 @@ def run_peer(
     seed: int = 0,
 ) -> dict:
     """Fit ``peer`` on the datamodule's fold, choose among ``candidates`` (settings; default
-    :data:`DEFAULT_CANDIDATES`) on validation, write and score test.
+    :data:`DEFAULT_CANDIDATES`) on validation, write and score test
+    (:func:`differank.rankers.tuning.reference.run_reference`).
 
     Returns the row ``{fold, <metrics>, val_map, seconds, settings}`` like ``reproduce.py``'s.
     """
-    start = time.perf_counter()
     if candidates is None:
         candidates = (TINY_CANDIDATES if tiny else DEFAULT_CANDIDATES)[peer]
-    predict, settings, val_map = FITTERS[peer](datamodule, tiny, candidates, seed)
-    test = datamodule.split_data("test")
-    predictions = run_dir / "predictions" / "test.txt"
-    metrics = score_file(datamodule, "test", predict(test.features), predictions)
-    seconds = time.perf_counter() - start
-    (run_dir / "test_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    (run_dir / "settings.json").write_text(json.dumps({**settings, "val_map": val_map}) + "\n")
-    return {
-        "fold": datamodule.fold,
-        **metrics,
-        "val_map": val_map,
-        "seconds": seconds,
-        "settings": settings,
-    }
+    return reference.run_reference(peer, datamodule, run_dir, candidates, tiny, seed, FITTERS)
 
 
 def main() -> None:

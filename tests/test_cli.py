@@ -114,7 +114,7 @@ def test_an_unknown_first_word_is_refused_with_the_tasks(capsys):
         main(["fitt", "loss=listnet"])
     assert exit.value.code == 2
     error = capsys.readouterr().err
-    assert "'fitt' is neither a task (fit, test, predict, export, simulate)" in error
+    assert "'fitt' is neither a task (fit, test, predict, export, simulate, tune)" in error
 
 
 def test_the_command_line_knows_the_run_layers_tasks():

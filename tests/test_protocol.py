@@ -14,6 +14,7 @@ import protocol  # benchmarks/ is on the path (tests/conftest.py)
 import pytest
 
 from differank.rankers.run.runs import compose_config
+from differank.rankers.tuning import report, search, selection, space, trials
 from tests.conftest import ROOT
 
 pytest.importorskip("lightgbm")
@@ -35,11 +36,11 @@ def test_every_search_starts_from_the_defaults_and_keeps_the_best_validation_tri
     _, _, record = smoke
     budget = protocol.PROFILES["smoke"].trials
     for name, row in record["rows"].items():
-        trials = row["trials"]
-        assert len(trials) == budget["peer" if name.startswith("peer_") else "linear"]
-        assert trials[0]["setting"] == row["default"]
-        best = max(range(len(trials)), key=lambda i: trials[i]["val_map"])
-        assert row["chosen_trial"] == best and row["chosen"] == trials[best]["setting"]
+        tried = row["trials"]
+        assert len(tried) == budget["peer" if name.startswith("peer_") else "linear"]
+        assert tried[0]["setting"] == row["default"]
+        best = max(range(len(tried)), key=lambda i: tried[i]["val_map"])
+        assert row["chosen_trial"] == best and row["chosen"] == tried[best]["setting"]
     assert record["rows"]["ranknet/linear"]["default"] == {
         "model.optimizer.lr": 0.01,
         "model.optimizer.weight_decay": 0.0,
@@ -56,7 +57,7 @@ def test_each_row_has_its_seeds_and_a_paired_interval_against_lightgbm(smoke):
         assert set(paired) == {"map", "ndcg@10"}
         for interval in paired.values():
             assert interval["low"] <= interval["mean"] <= interval["high"]
-            assert interval["queries"] == 20 and interval["verdict"] in protocol.VERDICTS
+            assert interval["queries"] == 20 and interval["verdict"] in report.VERDICTS
         assert f"| {name} |" in table
     assert rows["peer_lightgbm"]["paired"] is None  # the reference itself
     ensemble = next(name for name in rows if name.startswith("ensemble"))
@@ -84,18 +85,18 @@ def test_a_cached_run_of_another_setting_is_redone(smoke, monkeypatch):
     """A run folder is named by its trial number: when the space changes, trial 1 is another
     setting, and its old result must not stand in for it."""
     folder, _, _ = smoke
-    row = protocol.Row("listnet")
+    row = space.Row("listnet")
     run_dir = folder / "runs" / "synthetic" / "listnet-linear" / "trial1" / "fold1"
-    cached = protocol.json.loads((run_dir / "result.json").read_text())
+    cached = json.loads((run_dir / "result.json").read_text())
     rows = len((run_dir / "predictions" / "val.txt").read_text().splitlines())
-    same = protocol.Job(row, tuple(cached["job"]["overrides"]), (), 1, 0, run_dir, rows, True)
-    assert protocol.run_job(same) == cached  # read, not redone
+    same = trials.Job(row, tuple(cached["job"]["overrides"]), (), 1, 0, run_dir, rows, True)
+    assert trials.run_job(same) == cached  # read, not redone
     trained = []
-    monkeypatch.setattr(protocol, "training_run", lambda *run: trained.append(run))
-    changed = protocol.Job(
+    monkeypatch.setattr(trials, "training_run", lambda *run: trained.append(run))
+    changed = trials.Job(
         row, (*same.overrides, "model.optimizer.lr=0.5"), (), 1, 0, run_dir, rows, True
     )
-    assert "error" in protocol.run_job(changed)  # redone: the stand-in training_run fails it
+    assert "error" in trials.run_job(changed)  # redone: the stand-in training_run fails it
     assert trained == [([*changed.overrides, "seed=0", "++data.fold=1", "quiet=true"], run_dir)]
     assert not (run_dir / "result.json").exists() and not (run_dir / "checkpoints").exists()
 
@@ -158,21 +159,21 @@ def cached_job(smoke, tmp_path):
     under another runs folder, and its job as the protocol makes it (the fold's validation rows
     counted from the split)."""
     folder, _, record = smoke
-    trials = folder / "runs" / "synthetic" / "ranknet-linear"
+    ranknet = folder / "runs" / "synthetic" / "ranknet-linear"
     runs = tmp_path / "runs"
-    shutil.copytree(trials / "trial1", runs / "synthetic" / "ranknet-linear" / "trial1")
-    row, dataset = protocol.Row("ranknet"), protocol.Dataset.parse("synthetic")
+    shutil.copytree(ranknet / "trial1", runs / "synthetic" / "ranknet-linear" / "trial1")
+    row, dataset = space.Row("ranknet"), trials.Dataset.parse("synthetic")
     setting = record["rows"]["ranknet/linear"]["trials"][1]["setting"]
-    overrides = [*protocol.row_space(row)[0], *protocol.setting_overrides(setting)]
-    selection = protocol.Protocol(protocol.PROFILES["smoke"], [dataset], runs, protocol.Runner(1))
-    (job,) = selection.jobs(row, overrides, setting, dataset, "trial1", 0)
-    return job, (trials / "trial0" / "fold1" / "result.json").read_text()
+    overrides = [*space.row_space(row)[0], *space.setting_overrides(setting)]
+    chooser = search.Protocol(protocol.PROFILES["smoke"], [dataset], runs, trials.Runner(1))
+    (job,) = chooser.jobs(row, overrides, setting, dataset, "trial1", 0)
+    return job, (ranknet / "trial0" / "fold1" / "result.json").read_text()
 
 
 def test_a_sound_cached_run_is_read_where_it_now_lies(cached_job, monkeypatch):
     job, _ = cached_job
-    monkeypatch.setattr(protocol, "training_run", pytest.fail)
-    result = protocol.run_job(job)
+    monkeypatch.setattr(trials, "training_run", pytest.fail)
+    result = trials.run_job(job)
     assert result["run_dir"] == str(job.run_dir) and result["fold"] == 1 and result["seed"] == 0
     assert 0 <= result["val_map"] <= 1
 
@@ -191,8 +192,8 @@ def test_a_damaged_or_foreign_cached_file_is_named_and_its_run_redone(
     else:
         path.write_text(damage(path.read_text(), other))
     trained = []
-    monkeypatch.setattr(protocol, "training_run", lambda *run: trained.append(run))
-    result = protocol.run_job(job)
+    monkeypatch.setattr(trials, "training_run", lambda *run: trained.append(run))
+    result = trials.run_job(job)
     assert "error" in result  # redone: the stand-in training_run fails it
     assert trained == [([*job.overrides, "seed=0", "++data.fold=1", "quiet=true"], job.run_dir)]
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
@@ -240,14 +241,38 @@ def test_the_greedy_ensemble_adds_a_member_only_while_validation_map_rises(tmp_p
     their per-query standardised sum ranks both right; a copy of one adds nothing."""
     labels = np.array([1.0, 0.0, 0.0, 1.0, 0.0, 0.0])
     qids = np.array([1, 1, 1, 2, 2, 2])
-    split = protocol.Split.of(SimpleNamespace(labels=labels, qids=qids))
+    split = selection.Split.of(SimpleNamespace(labels=labels, qids=qids))
     first = _member(tmp_path, "first", [3.0, 0.0, 1.0, 0.9, 1.0, 0.0])
     second = _member(tmp_path, "second", [0.9, 1.0, 0.0, 3.0, 0.0, 1.0])
-    alone = protocol.select_ensemble({"first": first}, {1: split}, {1: split})
+    alone = selection.select_ensemble({"first": first}, {1: split}, {1: split})
     assert alone[:2] == ({"first": 1}, 0.75)
-    counts, val_map, test_runs = protocol.select_ensemble(
+    counts, val_map, test_runs = selection.select_ensemble(
         {"first": first, "second": second}, {1: split}, {1: split}
     )
     assert counts == {"first": 1, "second": 1} and val_map == 1.0
     assert test_runs[0]["map"] == 1.0
-    assert protocol.per_query(test_runs, {1: split}, "map") == {(1, 1): 1.0, (1, 2): 1.0}
+    assert selection.per_query(test_runs, {1: split}, "map") == {(1, 1): 1.0, (1, 2): 1.0}
+
+
+def test_a_run_on_a_letor_folder_given_by_path_scores_its_own_validation(tmp_path, monkeypatch):
+    """A LETOR folder outside the data folder: the trial's validation scores are read from that
+    folder (not looked up by its name under $LETOR_DIR), so the run succeeds."""
+    from differank.datamodules.synthetic import SyntheticLetorDataModule
+
+    heldout = tmp_path / "heldout"
+    SyntheticLetorDataModule(40, 20, 20, root=heldout).split_files("train")  # writes Fold1
+    monkeypatch.setenv("LETOR_DIR", str(tmp_path / "data_home"))
+    dataset = trials.Dataset.parse(f"heldout={heldout}")
+    overrides = (*dataset.overrides, "model=linear", "loss=ranknet", *TINY)
+    row, rows = space.Row("ranknet"), _val_rows(heldout)
+    job = trials.Job(row, overrides, (), 1, 0, tmp_path / "run", rows)
+    result = trials.run_job(job)
+    assert "error" not in result, result.get("error")
+    assert len((tmp_path / "run" / "predictions" / "val.txt").read_text().splitlines()) == rows
+
+
+TINY = ("trainer.max_epochs=1", "logger=csv")
+
+
+def _val_rows(root) -> int:
+    return sum(1 for _ in (root / "Fold1" / "vali.txt").open())

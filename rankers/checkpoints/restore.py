@@ -12,7 +12,7 @@ Public API (also from :mod:`differank.rankers.checkpoints`)::
     rebuild_ranker(checkpoint, path)             # the trained ranker alone (no Lightning), eval
     rebuild_module(checkpoint, path)             # the trained module, weights loaded, eval mode
     restored_estimator(config)                   # the run's click estimator (or {}), built
-    restored_config(checkpoint, path) -> dict    # the run record's data/model/loss, for here
+    restored_config(checkpoint, path, data_root=None) -> dict  # the record's data/model/loss
     restore_run(cfg, checkpoint, path, overrides) -> cfg  # the checkpoint's data/model/loss + them
     build_restored(cfg, checkpoint) -> (datamodule, model)   # guarded, data and weights checked
     resolved(cfg) -> dict                        # a composed config as a run record saves it
@@ -52,13 +52,17 @@ from differank.rankers.scorers.base import Ranker
 log = logging.getLogger(__name__)
 
 
-def restored_config(checkpoint: dict[str, Any], path: str | Path) -> dict[str, Any]:
+def restored_config(
+    checkpoint: dict[str, Any], path: str | Path, data_root: str | Path | None = None
+) -> dict[str, Any]:
     """The run record's config, checked and without machine arguments (``run_record``), a
-    LETOR data module's ``root`` replaced by :func:`local_data_root` of the saved one."""
+    LETOR data module's ``root`` replaced by ``data_root`` when the caller knows it (a run
+    scoring its own checkpoint: the folder it trained on, e.g. a LETOR folder given by path),
+    else by :func:`local_data_root` of the saved one."""
     config = run_record(checkpoint, path)["config"]
     saved = checkpoint["differank"]["config"].get("data")
     if isinstance(saved, dict) and saved.get(TARGET) == LETOR:
-        root = local_data_root(saved.get("root"))
+        root = str(data_root) if data_root is not None else local_data_root(saved.get("root"))
         config["data"] = {**config["data"], **({} if root is None else {"root": root})}
     return config
 

@@ -198,10 +198,13 @@ def read_record(path: str | Path) -> EnsembleRecord:
     return EnsembleRecord(checkpoints, weights, standardize)
 
 
-def evaluation_data(path: str | Path, overrides: Sequence[str] = ()):
+def evaluation_data(
+    path: str | Path, overrides: Sequence[str] = (), *, data_root: str | Path | None = None
+):
     """The data module of the checkpoint's run with raw features (no transform, no
-    normalization), ``overrides`` (``data.KEY=VALUE``) applied; built by the guarded builder."""
-    config = restored_config(load_checkpoint(path), path)  # checked, this machine's places
+    normalization), ``overrides`` (``data.KEY=VALUE``) applied; built by the guarded builder.
+    ``data_root``: the run's own data folder, when the caller knows it (restored_config)."""
+    config = restored_config(load_checkpoint(path), path, data_root)  # checked, this machine's
     data = OmegaConf.create({"data": config["data"]})
     OmegaConf.update(data, "data.normalization", "none")
     OmegaConf.update(data, "data.transform", "none", force_add=True)

@@ -53,7 +53,7 @@ from differank.rankers.training.console import hide_progress
 CONFIG_DIR = Path(differank.__file__).resolve().parent / "conf"
 # The tasks of conf/train.yaml's ``task`` key: rankers/run/tasks.py's TASKS, named here too so
 # that the command line checks a task without loading torch (tests/test_cli.py keeps both equal).
-TASKS = ("fit", "test", "predict", "export", "simulate")
+TASKS = ("fit", "test", "predict", "export", "simulate", "tune")
 # Hydra's process-wide state that composing a config sets (Singleton._instances is Hydra's own
 # registry of it: hydra.initialize backs GlobalHydra up from there the same way).
 _HYDRA_STATE = (GlobalHydra, HydraConfig, JobRuntime, VersionBase)

@@ -1,4 +1,4 @@
-"""The tasks of ``train.py``: fit, test, predict, export, simulate (see train.py's docstring
+"""The tasks of ``train.py``: fit, test, predict, export, simulate, tune (see train.py's docstring
 for what each writes). Imported only when a task runs, so ``python train.py --help`` and a mistyped
 override answer without loading torch. What a checkpoint alone does (``task=test | predict
 files=[...]``, ``task=export``) is here and loads no Lightning; the tasks that run a Trainer or
@@ -43,7 +43,7 @@ from differank.rankers.students.export_task import export_student
 from differank.rankers.students.model_files import student_library
 from differank.rankers.training.console import NOISY_WARNINGS
 
-TASKS = ("fit", "test", "predict", "export", "simulate")
+TASKS = ("fit", "test", "predict", "export", "simulate", "tune")
 _NEED_CHECKPOINT = ("test", "predict", "export")
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,11 @@ def run_task(
         return trainer_tasks().fit(cfg, run_dir, multirun)
     if cfg.task == "simulate":
         trainer_tasks().simulate_clicks(cfg, run_dir)
+        return float("nan")
+    if cfg.task == "tune":  # the selection protocol (docs/tuning.md): Optuna, LightGBM load here
+        from differank.rankers.tuning.tune import tune_task
+
+        tune_task(cfg, run_dir, overrides)
         return float("nan")
     if student_library(cfg.ckpt_path) is not None:  # a tree student's model file
         if cfg.task != "export" or files:

@@ -5,7 +5,8 @@ The installed packages are ``differank.losses`` (the objectives; torch only),
 ``differank.rankers`` (scorers, solvers, metrics, the Lightning layer and the run layer) and
 ``differank.datamodules`` (reading and batching LETOR data). ``differank.run(OVERRIDES)`` does
 what the ``differank OVERRIDES`` command does, ``differank.compose(OVERRIDES, run_dir=...)``
-gives the config it runs (docs/running.md#from-python).
+gives the config it runs (docs/running.md#from-python); ``differank.tune(OVERRIDES)`` runs
+``differank tune`` (docs/tuning.md).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time these load only when as
     from differank.rankers.run.estimator import Ranker as Ranker
     from differank.rankers.run.runs import compose_config as compose  # noqa: F401  (re-exported)
     from differank.rankers.run.runs import run as run
+    from differank.rankers.tuning.tune import tune as tune
 
 __version__ = "0.3.0"  # also CITATION.cff's version (tests/test_citation.py)
 
@@ -35,8 +37,8 @@ def load_ranker(path: str | os.PathLike[str]) -> Scorer:
 if not TYPE_CHECKING:  # type checkers see the imports above, and no other lazy name
 
     def __getattr__(name: str):
-        # differank.Ranker, compose and run load the run layer (Lightning, Hydra) only when they
-        # are asked for, so `import differank` stays light
+        # differank.Ranker, compose, run and tune load the run layer (Lightning, Hydra) only
+        # when they are asked for, so `import differank` stays light
         if name == "Ranker":
             from differank.rankers.run.estimator import Ranker
 
@@ -49,4 +51,8 @@ if not TYPE_CHECKING:  # type checkers see the imports above, and no other lazy 
             from differank.rankers.run.runs import run
 
             return run
+        if name == "tune":
+            from differank.rankers.tuning.tune import tune
+
+            return tune
         raise AttributeError(f"module 'differank' has no attribute {name!r}")

@@ -10,7 +10,10 @@ and tests the best epoch (on clicks with ``clicks=pbm|cascade|dcm|ubm|trust|cbcm
 ``task=simulate`` writes the click log those sessions make (``RUN/clicks.npz``); ``task=test``
 tests the weights of ``ckpt_path``; ``task=predict`` scores the test split without metrics;
 ``task=export`` writes ``export/scorer.pt`` (TorchScript) and ``export/scorer.onnx`` from the
-checkpoint alone. Every checkpoint carries the run's resolved config, a fingerprint of its data
+checkpoint alone; ``task=tune`` (``differank tune data=... tune.budget=30m``) searches objectives
+and scorers on validation within a time budget against a searched LightGBM, and writes
+``tune.md`` and the chosen ``checkpoints/best.ckpt`` (docs/tuning.md). Every checkpoint carries
+the run's resolved config, a fingerprint of its data
 (content sha256, feature count, normalization statistics) and its serving record (feature
 transform and statistics): test and predict rebuild data, model and loss from it (allowlisted
 classes only: a checkpoint is data, never code), command-line overrides winning, and refuse

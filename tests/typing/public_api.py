@@ -42,6 +42,7 @@ from differank.losses import (
 )
 from differank.rankers.checkpoints import Scorer
 from differank.rankers.run.estimator import Ranker
+from differank.rankers.tuning.tune import TuneResult
 
 Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # X [N, F], y [N], qid [N]
 
@@ -148,6 +149,16 @@ def estimator(X: np.ndarray, y: np.ndarray, qid: np.ndarray, path: Path) -> None
     assert_type(differank.load_ranker(path), Scorer)
     assert_type(differank.load_ranker(str(path)), Scorer)
     assert_type(differank.__version__, str)
+
+
+def tuning(folder: Path) -> None:
+    """``differank.tune`` (imported lazily at run time) returns where its report and chosen
+    checkpoint are."""
+    result = differank.tune(["data=mq2008", "tune.budget=20m"], output_dir=folder)
+    assert_type(result, TuneResult)
+    assert_type(result.report, Path)
+    assert_type(result.checkpoint, Path | None)
+    assert_type(result.chosen, str | None)
 
 
 def readers(path: Path, text: str, folder: PathLike[str]) -> None:
