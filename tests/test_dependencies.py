@@ -26,6 +26,7 @@ TRAINING = "differank.rankers.training"
 CHECKPOINTS = "differank.rankers.checkpoints"
 RUN = "differank.rankers.run"
 TUNING = "differank.rankers.tuning"
+STUDENTS = "differank.rankers.students"
 DATA = "differank.datamodules"
 LIGHTNING = {"pytorch_lightning", "lightning", "lightning_fabric"}
 HYDRA = {"hydra", "omegaconf", "yaml"}
@@ -55,10 +56,17 @@ RULES = {
         {"torch", "numpy", "hydra", "omegaconf"},
         {LOSSES, SCORERS, DATA, CHECKPOINTS},
     ),
-    # tuning: only for task=tune (tasks.py imports it then)
+    # tuning: only for task=tune (tasks.py imports it then); students: a tree student's fit
+    # and export are tasks of the run (tasks.py)
     "rankers/run": (
         None,
-        {LOSSES, SCORERS, SOLVERS, METRICS, TRAINING, CHECKPOINTS, RUN, TUNING, DATA},
+        {LOSSES, SCORERS, SOLVERS, METRICS, TRAINING, CHECKPOINTS, RUN, TUNING, STUDENTS, DATA},
+    ),
+    # tree students: boosters trained on a teacher's scores through the run layer's teachers,
+    # scoring and engine formats; no Lightning (a student's fit has no training loop)
+    "rankers/students": (
+        {"torch", "numpy", "hydra", "omegaconf", "lightgbm", "xgboost"},
+        {METRICS, RUN, STUDENTS, DATA},
     ),
     # the selection protocol (differank tune) runs trials through the run layer
     "rankers/tuning": (None, {METRICS, CHECKPOINTS, RUN, TUNING, DATA}),
@@ -124,7 +132,13 @@ def test_only_the_training_and_run_layers_import_lightning_or_hydra():
         room = room_of(path)
         roots = {name.split(".")[0] for name in imports(path)}
         if roots & HYDRA:
-            assert room in ("rankers/run", "rankers/checkpoints", "rankers/tuning"), path
+            hydra_rooms = (
+                "rankers/run",
+                "rankers/checkpoints",
+                "rankers/tuning",
+                "rankers/students",
+            )
+            assert room in hydra_rooms, path
         if roots & LIGHTNING:
             lightning_rooms = {"rankers/training", "rankers/run", "datamodules"}
             assert room in lightning_rooms | {"datamodules/clicks"}, path
