@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from differank.losses.unbiased.doubly_robust import DoublyRobust
+from differank.losses.unbiased.estimator import ClickEstimator
 from differank.losses.unbiased.ips import IPS
 from differank.losses.unbiased.propensity import document_propensities
 
@@ -130,7 +131,7 @@ class ClickValidation:
         )
         self._add("dcg", ips_dcg(scores, clicks, theta, mask, self.k, self.clip).sum())
         self._add("queries", torch.tensor(float(mask.shape[0]), device=scores.device))
-        if estimator is not None and getattr(estimator, "fits_click_model", False):
+        if isinstance(estimator, ClickEstimator) and estimator.fits_click_model:
             probabilities = estimator.click_probabilities(scores, positions)
             self._add("loglik", click_log_likelihood(probabilities, clicks, mask).sum())
             shown = mask.sum() * clicks.shape[1]

@@ -110,11 +110,13 @@ def production_scores(data, production: DictConfig, seed: int, split: str = "tra
             warnings.filterwarnings("ignore", message=".*no `val_dataloader`")  # none: by design
             trainer.fit(module, train_dataloaders=loader)
     log.info(
-        "production ranker: %s trained on %d of %d training queries (%.1f %%)",
+        "production ranker: %s trained on %d of %d training queries (%.1f %%), scoring the %s "
+        "split",
         type(module.ranker).__name__,
         len(chosen),
         len(train.queries),
         100 * len(chosen) / len(train.queries),
+        split,
     )
     return _score_rows(module, data.split_data(split))
 

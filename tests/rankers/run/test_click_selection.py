@@ -15,6 +15,7 @@ import differank
 from differank.datamodules.clicks.datamodule import ClickDataModule
 from differank.datamodules.clicks.held_out import HeldOutSessions
 from differank.rankers.run.click_selection import click_selection, estimator_config
+from differank.rankers.run.production import shown_lists
 from differank.rankers.run.runs import compose_config
 from differank.rankers.run.trainer_tasks import build_run
 from tests.conftest import MQ2008, TINY_DATA, requires_mq2008
@@ -107,6 +108,10 @@ def test_the_held_out_sessions_are_the_run_users_on_the_validation_lists(tmp_pat
     shown = columns["mask"]
     rows = columns["doc_index"][shown].numpy()
     assert np.isin(rows, np.arange(split.num_rows)).all()  # rows of the validation split
+    # the production ranker's top 6 of every validation query, in its order
+    expected = shown_lists(datamodule, cfg.clicks.production, 6, 5, split="val")
+    for query, listed in enumerate(expected):
+        assert columns["doc_index"][query][shown[query]].tolist() == listed.tolist()
     assert (columns["clicks"].sum(dim=1)[~shown] == 0).all()
     assert columns["clicks"].any()
     # the sessions differ from one another (own draws), and another seed draws others
