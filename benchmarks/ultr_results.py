@@ -97,8 +97,8 @@ def click_overrides(clicks: str, eta: float) -> list[str]:
     return [f"clicks={clicks}", *([f"clicks.eta={eta}"] if clicks in ("pbm", "trust") else [])]
 
 
-# how a run chooses its epoch (--select): the overrides of each choice
-SELECTIONS = {"labels": (), "clicks": ("ultr.select=clicks",)}
+# how a run chooses its epoch (--select)
+SELECTIONS = ("clicks", "labels")
 
 
 def run(row: Row, fold: int, seed: int, common: list[str], folder: Path) -> dict:
@@ -164,24 +164,24 @@ def mean_std(values: list[float]) -> str:
     return f"{statistics.fmean(values):.4f} ± {spread:.4f}"
 
 
-def selection_table(by_selection: dict[str, dict[str, list[dict]]]) -> str:
-    """Per click row: test NDCG@10 and MAP of the click-chosen and the label-chosen model, the
-    mean epoch each chose, and the paired intervals of click-chosen minus label-chosen."""
-    clicks, labels = by_selection["clicks"], by_selection["labels"]
-    header = ["row", "runs", "NDCG@10 clicks", "NDCG@10 labels", "MAP clicks", "MAP labels"]
-    header += ["epoch clicks", "epoch labels"]
+def selection_table(clicks: dict[int, dict[str, list[dict]]], labels: dict[str, list[dict]]) -> str:
+    """Per click row and number of held-out sessions per validation query: test NDCG@10 and MAP
+    of the click-chosen and the label-chosen model, the mean epoch each chose, and the paired
+    intervals of click-chosen minus label-chosen."""
+    header = ["row", "held-out sessions / query", "runs", "NDCG@10 clicks", "NDCG@10 labels"]
+    header += ["MAP clicks", "MAP labels", "epoch clicks", "epoch labels"]
     header += [f"Δ{name} clicks − labels (95 %)" for name in PAIRED.values()]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for name, chosen in clicks.items():
-        reference = labels[name]
-        cells = [ROWS[name].title, str(len(chosen))]
-        for key in ("ndcg@10", "map"):
-            cells += [mean_std([r[key] for r in chosen]), mean_std([r[key] for r in reference])]
-        cells += [
-            f"{statistics.fmean(r['epoch'] for r in runs):.1f}" for runs in (chosen, reference)
-        ]
-        cells += [paired_difference(chosen, reference, key) for key in PAIRED]
-        lines.append("| " + " | ".join(cells) + " |")
+    for name, reference in labels.items():
+        for sessions, by_row in clicks.items():
+            chosen = by_row[name]
+            cells = [ROWS[name].title, str(sessions), str(len(chosen))]
+            for key in ("ndcg@10", "map"):
+                cells += [mean_std([r[key] for r in chosen]), mean_std([r[key] for r in reference])]
+            for runs in (chosen, reference):
+                cells.append(f"{statistics.fmean(r['epoch'] for r in runs):.1f}")
+            cells += [paired_difference(chosen, reference, key) for key in PAIRED]
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -239,6 +239,14 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="compare how the epoch is chosen (clicks labels): per click row, the click-chosen "
         "model against the label-chosen one (the table of the module docstring)",
+    )
+    parser.add_argument(
+        "--select-sessions",
+        nargs="+",
+        type=int,
+        default=[10],
+        help="--select: held-out sessions per validation query (ultr.select_sessions), one "
+        "click-chosen run per count",
     )
     parser.add_argument(
         "--scope",
@@ -314,17 +322,24 @@ def select(args, argv: list[str] | None) -> None:
     with :func:`measure.publish`."""
     if set(args.select) != set(SELECTIONS):
         raise SystemExit(f"--select compares both choices: --select {' '.join(SELECTIONS)}")
+    if not args.select_sessions or min(args.select_sessions) < 1:
+        raise SystemExit("--select-sessions takes counts >= 1")
     rows = [name for name in args.rows if ROWS[name].clicks]
     setting, common = setting_name(args), common_overrides(args)
-    results: dict[str, dict[str, list[dict]]] = {s: {n: [] for n in rows} for s in SELECTIONS}
+    labels: dict[str, list[dict]] = {name: [] for name in rows}
+    clicks = {n: {name: [] for name in rows} for n in args.select_sessions}
     for fold in args.folds:
         for seed in args.seeds:
             for name in rows:
-                for choice, overrides in SELECTIONS.items():
-                    row = Row(ROWS[name].title, (*ROWS[name].overrides, *overrides))
-                    suffix = "" if choice == "labels" else f"_select_{choice}"  # labels: as before
-                    folder = args.runs / setting / f"{name}{suffix}" / f"fold{fold}_seed{seed}"
-                    results[choice][name].append(run(row, fold, seed, common, folder))
+                runs = args.runs / setting
+                where = f"fold{fold}_seed{seed}"
+                # the label-chosen run is the ordinary one (its folder as without --select)
+                labels[name].append(run(ROWS[name], fold, seed, common, runs / name / where))
+                for n in args.select_sessions:
+                    options = ("ultr.select=clicks", f"ultr.select_sessions={n}")
+                    row = Row(ROWS[name].title, (*ROWS[name].overrides, *options))
+                    folder = runs / f"{name}_select_clicks_s{n}" / where
+                    clicks[n][name].append(run(row, fold, seed, common, folder))
     command = "python benchmarks/ultr_results.py " + " ".join(
         sys.argv[1:] if argv is None else argv
     )
@@ -339,8 +354,9 @@ def select(args, argv: list[str] | None) -> None:
             f"stopping after 10 without a better monitor), linear model, Adam lr {args.lr}; "
             f"clicks `{' '.join(click_overrides(args.clicks, args.eta))}`. Each row trains "
             "twice on the same sessions: **clicks** chooses the epoch by `val/click_dcg@10` "
-            "(`ultr.select=clicks`: the IPS estimate of DCG@10, clipped as in training, on 10 "
-            "held-out sessions per validation query, no validation label read), **labels** by "
+            "(`ultr.select=clicks`: the IPS estimate of DCG@10, clipped as in training, on the "
+            "held-out sessions per validation query of the second column, no validation label "
+            "read), **labels** by "
             "`val/map` on the true validation labels. Test metrics on the true test labels "
             "(LETOR 4.0 rules), mean ± std over the runs; epoch: the mean epoch tested (from "
             "0); Δ: per-query difference click-chosen minus label-chosen, mean and 95 % paired "
@@ -349,7 +365,7 @@ def select(args, argv: list[str] | None) -> None:
             + "; ".join(f"{name} = `{' '.join(ROWS[name].overrides)}`" for name in rows)
             + ".",
             "",
-            selection_table(results),
+            selection_table(clicks, labels),
         ]
     )
     measure.publish(text, args.out)
