@@ -5,6 +5,8 @@ the full-information model (true labels, the upper bar), on the true test labels
         --out benchmarks/results/ultr_mq2008.md
     python benchmarks/ultr_results.py --clicks cascade --rows naive ips dla full --folds 1 \\
         --seeds 0 --out benchmarks/results/ultr_mq2008_cascade.md
+    python benchmarks/ultr_results.py --select clicks labels --rows naive ips dla \\
+        --out benchmarks/results/ultr_select_mq2008.md
 
 Each (row, fold, seed) is one ``differank`` run (``differank.run``) in
 ``<runs>/<setting>/<row>/fold<F>_seed<S>``; a run whose ``test_metrics.json`` exists is read, not
@@ -19,6 +21,14 @@ The table gives mean ± std over the (fold, seed) runs of MAP and NDCG@k on the 
 (LETOR 4.0 rules), and for every row the paired bootstrap interval (95 %, over the test queries
 of all folds, each query's value the mean over seeds: ``rankers/metrics/significance.py``) of
 its per-query AP and NDCG@10 minus naive's.
+
+``--select clicks labels`` compares, per click row, the model chosen from clicks alone
+(``ultr.select=clicks``: the epoch with the best IPS estimate of DCG@10 on held-out click
+sessions of the validation queries, no validation label read; docs/clicks.md) with the one
+chosen on the true validation labels: their test metrics and the paired interval of the
+click-chosen model's per-query NDCG@10 and AP minus the label-chosen one's. Both runs of a pair
+train on the same sessions from the same seed; only the monitor (and so the chosen epoch and
+the early stop) differs.
 """
 
 from __future__ import annotations
@@ -87,6 +97,10 @@ def click_overrides(clicks: str, eta: float) -> list[str]:
     return [f"clicks={clicks}", *([f"clicks.eta={eta}"] if clicks in ("pbm", "trust") else [])]
 
 
+# how a run chooses its epoch (--select)
+SELECTIONS = ("clicks", "labels")
+
+
 def run(row: Row, fold: int, seed: int, common: list[str], folder: Path) -> dict:
     """One training run (or its earlier result): test metrics and the prediction files."""
     done = folder / "test_metrics.json"
@@ -96,7 +110,15 @@ def run(row: Row, fold: int, seed: int, common: list[str], folder: Path) -> dict
             overrides = [o for o in overrides if not o.startswith("clicks")]
         training_run(overrides, folder)
     metrics = json.loads(done.read_text())
-    return {"fold": fold, "seed": seed, "folder": folder, **{k: metrics[k] for k in METRICS}}
+    # the tested checkpoint's epoch: the one its monitor chose
+    epoch = torch.load(folder / "checkpoints" / "best.ckpt", weights_only=True)["epoch"]
+    return {
+        "fold": fold,
+        "seed": seed,
+        "folder": folder,
+        "epoch": epoch,
+        **{k: metrics[k] for k in METRICS},
+    }
 
 
 def per_query(runs: list[dict], key: str) -> dict[tuple[int, int], float]:
@@ -111,9 +133,10 @@ def per_query(runs: list[dict], key: str) -> dict[tuple[int, int], float]:
     return {pair: statistics.fmean(seeds) for pair, seeds in values.items()}
 
 
-def against_naive(runs: list[dict], naive: list[dict], key: str) -> str:
-    """``mean [low, high]`` of the per-query difference to naive (95 % paired bootstrap)."""
-    ours, theirs = per_query(runs, key), per_query(naive, key)
+def paired_difference(runs: list[dict], reference: list[dict], key: str) -> str:
+    """``mean [low, high]`` of the per-query difference to ``reference``'s runs (95 % paired
+    bootstrap)."""
+    ours, theirs = per_query(runs, key), per_query(reference, key)
     pairs = sorted(ours.keys() & theirs.keys())
     interval = paired_bootstrap(
         torch.tensor([ours[p] for p in pairs]), torch.tensor([theirs[p] for p in pairs])
@@ -131,8 +154,34 @@ def table(results: dict[str, list[dict]]) -> str:
             spread = statistics.stdev(values) if len(values) > 1 else 0.0
             cells.append(f"{statistics.fmean(values):.4f} ± {spread:.4f}")
         for key in PAIRED:
-            cells.append("—" if name == "naive" else against_naive(runs, results["naive"], key))
+            cells.append("—" if name == "naive" else paired_difference(runs, results["naive"], key))
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def mean_std(values: list[float]) -> str:
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.fmean(values):.4f} ± {spread:.4f}"
+
+
+def selection_table(clicks: dict[int, dict[str, list[dict]]], labels: dict[str, list[dict]]) -> str:
+    """Per click row and number of held-out sessions per validation query: test NDCG@10 and MAP
+    of the click-chosen and the label-chosen model, the mean epoch each chose, and the paired
+    intervals of click-chosen minus label-chosen."""
+    header = ["row", "held-out sessions / query", "runs", "NDCG@10 clicks", "NDCG@10 labels"]
+    header += ["MAP clicks", "MAP labels", "epoch clicks", "epoch labels"]
+    header += [f"Δ{name} clicks − labels (95 %)" for name in PAIRED.values()]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, reference in labels.items():
+        for sessions, by_row in clicks.items():
+            chosen = by_row[name]
+            cells = [ROWS[name].title, str(sessions), str(len(chosen))]
+            for key in ("ndcg@10", "map"):
+                cells += [mean_std([r[key] for r in chosen]), mean_std([r[key] for r in reference])]
+            for runs in (chosen, reference):
+                cells.append(f"{statistics.fmean(r['epoch'] for r in runs):.1f}")
+            cells += [paired_difference(chosen, reference, key) for key in PAIRED]
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -183,19 +232,34 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lr", type=float, default=0.001, help="Adam's learning rate, every row")
     parser.add_argument("--runs", type=Path, default=ROOT / "outputs" / "ultr_results")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--select",
+        nargs="+",
+        choices=list(SELECTIONS),
+        default=None,
+        help="compare how the epoch is chosen (clicks labels): per click row, the click-chosen "
+        "model against the label-chosen one (the table of the module docstring)",
+    )
+    parser.add_argument(
+        "--select-sessions",
+        nargs="+",
+        type=int,
+        default=[10],
+        help="--select: held-out sessions per validation query (ultr.select_sessions), one "
+        "click-chosen run per count",
+    )
+    parser.add_argument(
+        "--scope",
+        default=None,
+        help="a sentence stating how the run was reduced, written into the results file",
+    )
     args = parser.parse_args(argv)
+    if args.select is not None:
+        select(args, argv)
+        return
     if "naive" not in args.rows:
         args.rows.insert(0, "naive")  # the intervals' reference
-    setting = args.clicks + (f"_eta{args.eta:g}" if args.clicks in ("pbm", "trust") else "")
-    setting += f"_lr{args.lr:g}_e{args.max_epochs}"
-    common = [
-        "data=mq2008",
-        *click_overrides(args.clicks, args.eta),
-        f"trainer.max_epochs={args.max_epochs}",
-        f"model.optimizer.lr={args.lr}",
-        "quiet=true",
-        "logger=csv",
-    ]
+    setting, common = setting_name(args), common_overrides(args)
     results: dict[str, list[dict]] = {name: [] for name in args.rows}
     for fold in args.folds:  # fold by fold: an interrupted benchmark has whole folds to show
         for seed in args.seeds:
@@ -233,6 +297,78 @@ def main(argv: list[str] | None = None) -> None:
     print(text)
     if args.out is not None:
         write_file(args.out, text)
+
+
+def setting_name(args) -> str:
+    """The runs' folder of a setting: click model, η, learning rate, epochs."""
+    setting = args.clicks + (f"_eta{args.eta:g}" if args.clicks in ("pbm", "trust") else "")
+    return setting + f"_lr{args.lr:g}_e{args.max_epochs}"
+
+
+def common_overrides(args) -> list[str]:
+    """What every run of the benchmark shares (data, clicks, epochs, learning rate, logging)."""
+    return [
+        "data=mq2008",
+        *click_overrides(args.clicks, args.eta),
+        f"trainer.max_epochs={args.max_epochs}",
+        f"model.optimizer.lr={args.lr}",
+        "quiet=true",
+        "logger=csv",
+    ]
+
+
+def select(args, argv: list[str] | None) -> None:
+    """``--select``: every click row trained once per selection, the comparison table written
+    with :func:`measure.publish`."""
+    if set(args.select) != set(SELECTIONS):
+        raise SystemExit(f"--select compares both choices: --select {' '.join(SELECTIONS)}")
+    if not args.select_sessions or min(args.select_sessions) < 1:
+        raise SystemExit("--select-sessions takes counts >= 1")
+    rows = [name for name in args.rows if ROWS[name].clicks]
+    setting, common = setting_name(args), common_overrides(args)
+    labels: dict[str, list[dict]] = {name: [] for name in rows}
+    clicks = {n: {name: [] for name in rows} for n in args.select_sessions}
+    for fold in args.folds:
+        for seed in args.seeds:
+            for name in rows:
+                runs = args.runs / setting
+                where = f"fold{fold}_seed{seed}"
+                # the label-chosen run is the ordinary one (its folder as without --select)
+                labels[name].append(run(ROWS[name], fold, seed, common, runs / name / where))
+                for n in args.select_sessions:
+                    options = ("ultr.select=clicks", f"ultr.select_sessions={n}")
+                    row = Row(ROWS[name].title, (*ROWS[name].overrides, *options))
+                    folder = runs / f"{name}_select_clicks_s{n}" / where
+                    clicks[n][name].append(run(row, fold, seed, common, folder))
+    command = "python benchmarks/ultr_results.py " + " ".join(
+        sys.argv[1:] if argv is None else argv
+    )
+    text = "\n".join(
+        [
+            f"# Choosing the model from clicks alone on MQ2008: {setting}",
+            "",
+            f"Command: `{command}`",
+            "",
+            *([f"Reduced scope: {args.scope}", ""] if args.scope else []),
+            f"Folds {args.folds}, seeds {args.seeds}, at most {args.max_epochs} epochs (early "
+            f"stopping after 10 without a better monitor), linear model, Adam lr {args.lr}; "
+            f"clicks `{' '.join(click_overrides(args.clicks, args.eta))}`. Each row trains "
+            "twice on the same sessions: **clicks** chooses the epoch by `val/click_dcg@10` "
+            "(`ultr.select=clicks`: the IPS estimate of DCG@10, clipped as in training, on the "
+            "held-out sessions per validation query of the second column, no validation label "
+            "read), **labels** by "
+            "`val/map` on the true validation labels. Test metrics on the true test labels "
+            "(LETOR 4.0 rules), mean ± std over the runs; epoch: the mean epoch tested (from "
+            "0); Δ: per-query difference click-chosen minus label-chosen, mean and 95 % paired "
+            "bootstrap interval over the test queries of all folds (each query's value the "
+            "mean over seeds). Rows: "
+            + "; ".join(f"{name} = `{' '.join(ROWS[name].overrides)}`" for name in rows)
+            + ".",
+            "",
+            selection_table(clicks, labels),
+        ]
+    )
+    measure.publish(text, args.out)
 
 
 if __name__ == "__main__":

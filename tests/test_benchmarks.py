@@ -24,6 +24,7 @@ from differank.datamodules.mslr_synthetic import (
     iterate_batches,
     query_lengths,
 )
+from tests.conftest import MQ2008, requires_mq2008
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_LINE = re.compile(r"^Run: commit ([0-9a-f]+(\+dirty)?|unknown), torch ", re.MULTILINE)
@@ -266,3 +267,39 @@ def test_epoch_overhead_tiny(tmp_path):
     assert "| DataLoader, num_workers=1, persistent worker |" in text
     assert "| `Trainer.fit` as train.py builds it (callbacks, loggers), num_workers=0 |" in text
     assert RUN_LINE.search(text)
+
+
+def test_ultr_results_select_compares_both_choices_or_refuses():
+    import ultr_results
+
+    with pytest.raises(SystemExit, match="--select clicks labels"):
+        ultr_results.main(["--select", "clicks", "--rows", "naive"])
+
+
+@pytest.mark.slow
+@requires_mq2008
+def test_ultr_results_select_writes_the_comparison_table(tmp_path, monkeypatch):
+    """``--select clicks labels`` on MQ2008 (one fold, one seed, one epoch): one row per click
+    estimator, the click-chosen against the label-chosen model with a paired interval."""
+    import ultr_results
+
+    monkeypatch.setenv("LETOR_DIR", str(MQ2008.parent))
+    out = tmp_path / "select.md"
+    ultr_results.main(
+        [
+            *("--select", "clicks", "labels", "--rows", "naive", "ips", "full"),
+            *("--folds", "1", "--seeds", "0", "--max-epochs", "1"),
+            *("--runs", str(tmp_path / "runs"), "--out", str(out), "--scope", "a test"),
+        ]
+    )
+    text = out.read_text()
+    assert "Reduced scope: a test" in text and "Command: `python benchmarks/ultr_results.py" in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "runs" not in line]
+    assert [row.split(" | ")[0] for row in rows] == [
+        f"| {ultr_results.ROWS[name].title}"
+        for name in ("naive", "ips")  # full has no clicks
+    ]
+    assert all(re.search(r"\[[-+]\d\.\d{4}, [-+]\d\.\d{4}\]", row) for row in rows)
+    assert (
+        tmp_path / "runs" / "pbm_eta2_lr0.001_e1" / "ips_select_clicks_s10" / "fold1_seed0"
+    ).is_dir()

@@ -24,7 +24,10 @@ training file's row online, the log's row offline) plus ``clicks`` float [B, L] 
 padding), ``positions`` int64 [B, L] (0-based, -1 at padding) and, when known,
 ``propensities`` float [B, L] (P(examined) of each slot: the click model's, or the log's
 ``propensity`` column; 1 at padding). ``labels`` is removed: nothing that trains on clicks can
-read the true labels. Validation and test batches are the ordinary ones (true labels).
+read the true labels. Test batches are the ordinary ones (true labels); validation batches
+are too, unless the run chooses its epoch from clicks (``ultr.select=clicks``): then they are
+held-out click sessions on the validation queries
+(:class:`~differank.datamodules.clicks.held_out.HeldOutSessions`), without labels.
 
 A log of one session per training query written by ``task=simulate``
 (:func:`ClickDataModule.sessions`) holds, in session ``i``, the clicks the online simulation
@@ -42,11 +45,14 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pytorch_lightning as pl
 import torch
+from torch.utils.data import DataLoader
 
 from differank.datamodules.clicks.base import ClickModel
 from differank.datamodules.clicks.click_log import IDENTITY, ClickLog, ClickLogError
+from differank.datamodules.clicks.held_out import HeldOutSessions
 from differank.datamodules.letor import LetorDataModule
 from differank.datamodules.normalization import apply_zscore
+from differank.datamodules.query_batches import ShardedQueryBatchSampler
 from differank.datamodules.split_tensors import SplitTensors
 
 
@@ -85,7 +91,8 @@ def _hashed_seed(*keys: int) -> int:
 
 class ClickDataModule(pl.LightningDataModule):
     """A LETOR data module trained on clicks (the module docstring). Build it with
-    :meth:`simulated` or :meth:`logged`."""
+    :meth:`simulated` or :meth:`logged`; ``held_out``: the validation click sessions served in
+    place of the validation split (``ultr.select=clicks``), or None."""
 
     def __init__(
         self,
@@ -95,6 +102,7 @@ class ClickDataModule(pl.LightningDataModule):
         click_model: ClickModel | None = None,
         log: ClickLog | None = None,
         seed: int = 0,
+        held_out: HeldOutSessions | None = None,
     ) -> None:
         super().__init__()
         if (click_model is None) == (log is None):
@@ -103,6 +111,7 @@ class ClickDataModule(pl.LightningDataModule):
         self.click_model = click_model
         self.log = log
         self.seed = int(seed)
+        self.held_out = held_out
         self.clicks_mode = "online" if click_model is not None else "offline"
         self.batches_drawn = 0  # batches given clicks without their keys (deprecated calls)
         self._log_columns: dict[torch.device, dict[str, torch.Tensor]] = {}
@@ -112,10 +121,16 @@ class ClickDataModule(pl.LightningDataModule):
 
     @classmethod
     def simulated(
-        cls, data, shown_rows: Sequence[np.ndarray], click_model: ClickModel, seed: int = 0
+        cls,
+        data,
+        shown_rows: Sequence[np.ndarray],
+        click_model: ClickModel,
+        seed: int = 0,
+        held_out: HeldOutSessions | None = None,
     ) -> ClickDataModule:
         """Online simulation on the lists ``shown_rows`` (rows of the training split, top
-        first; one per served training query, in the split's query order)."""
+        first; one per served training query, in the split's query order); validation on
+        ``held_out`` sessions when given."""
         split = data.split_data("train")
         if len(shown_rows) != len(split.queries):
             raise ValueError(
@@ -128,7 +143,7 @@ class ClickDataModule(pl.LightningDataModule):
             [np.asarray(rows, dtype=np.int64) for rows in shown_rows],
             split.query_ids[split.queries],
         )
-        return cls(data, tensors, click_model=click_model, seed=seed)
+        return cls(data, tensors, click_model=click_model, seed=seed, held_out=held_out)
 
     @classmethod
     def logged(cls, data, log: ClickLog, seed: int = 0) -> ClickDataModule:
@@ -170,7 +185,9 @@ class ClickDataModule(pl.LightningDataModule):
         return self._wrapped().train_dataloader()
 
     def val_dataloader(self):
-        return self._wrapped().val_dataloader()
+        if self.held_out is None:
+            return self._wrapped().val_dataloader()
+        return self._held_out_loader(self.held_out)
 
     def test_dataloader(self):
         return self._wrapped().test_dataloader()
@@ -183,6 +200,21 @@ class ClickDataModule(pl.LightningDataModule):
             "full-batch solvers (model=domination_cd, model=hinge_cutting_plane) do not train "
             "on clicks: use a gradient-trained model (model=linear, mlp, transformer)"
         )
+
+    def _held_out_loader(self, sessions: HeldOutSessions) -> DataLoader:
+        """The validation click batches, in the wrapped module's evaluation batch size, each
+        query served by one process under DDP (as the validation split's are)."""
+        trainer = self.trainer
+        rank, world_size = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
+        sampler = ShardedQueryBatchSampler(
+            sessions.lengths,
+            self.data.eval_batch_size,
+            rank=rank,
+            world_size=world_size,
+            shuffle=False,
+        )
+        # __getitems__ builds the batch dict; torch types collate_fn for a list of samples
+        return DataLoader(sessions, batch_sampler=sampler, collate_fn=sessions.collate_fn)  # type: ignore[arg-type]
 
     # ---- the click batch ---------------------------------------------------------------------
 

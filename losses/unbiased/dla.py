@@ -73,6 +73,14 @@ class DLA(ClickEstimator):
         with torch.no_grad():
             return (self.propensity_logits - self.propensity_logits[0]).exp()
 
+    fits_click_model = True
+
+    def click_probabilities(self, scores: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """``min(1, θ̂_{k_i}/θ̂_0) · σ(s_i)``: the position-based reading of DLA's two models
+        (the top position examined surely; the scores as relevance logits)."""
+        examined = at_positions(self.relative_propensities().clamp(max=1.0), positions)
+        return examined.to(scores.dtype) * scores.sigmoid()
+
     def forward(
         self,
         loss: nn.Module,

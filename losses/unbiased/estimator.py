@@ -35,6 +35,9 @@ class ClickEstimator(nn.Module):
     # the training module's learning rate for the estimator's parameters is the optimizer's
     # times this (DLA and the two-tower model take it as an option)
     lr_scale: float = 1.0
+    # True where the estimator fits a click model (two-tower, DLA, regression EM): it then gives
+    # click_probabilities, whose held-out log-likelihood ultr.select=clicks can choose by
+    fits_click_model: bool = False
 
     def __init__(self, *, label_sum_weighting: bool = False) -> None:
         super().__init__()
@@ -50,6 +53,16 @@ class ClickEstimator(nn.Module):
         propensities: torch.Tensor | None = None,
     ) -> torch.Tensor:
         raise NotImplementedError
+
+    def click_probabilities(self, scores: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """P(click) [B, L] of every slot under the estimator's fitted click model, from the
+        ranker's ``scores`` and the shown ``positions`` (any value where nothing was shown);
+        only where :attr:`fits_click_model`."""
+        raise ValueError(
+            f"{type(self).__name__} fits no click model, so held-out clicks have no likelihood "
+            "under it: choose by ultr.select_metric=ips_dcg, or an estimator that fits one "
+            "(ultr=twotower|dla|rem)"
+        )
 
     def check(
         self,

@@ -64,6 +64,12 @@ class RegressionEM(ClickEstimator):
         # ULTRA's 0.9
         self.register_buffer("propensities", torch.full((max_positions,), 0.9))
 
+    fits_click_model = True
+
+    def click_probabilities(self, scores: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """``θ_{k_i} σ(s_i)``: the position-based model the EM fits."""
+        return at_positions(self.propensities.to(scores.dtype), positions) * scores.sigmoid()
+
     def posteriors(
         self, scores: torch.Tensor, clicks: torch.Tensor, positions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -51,6 +51,13 @@ class TwoTower(ClickEstimator):
         self.lr_scale = check_lr_scale("TwoTower", lr_scale)  # the bias tower's learning rate
         self.position_bias = nn.Parameter(torch.zeros(max_positions))
 
+    fits_click_model = True
+
+    def click_probabilities(self, scores: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """``σ(s_i + b_{k_i})``: the additive model's click probability."""
+        bias = at_positions(self.position_bias.detach().to(scores.dtype), positions)
+        return (scores + bias).sigmoid()
+
     def forward(
         self,
         loss: nn.Module,

@@ -123,6 +123,17 @@ MAX_CONFIG_DEPTH = 32  # train.py's configs nest 4 deep: a deeper record is refu
 TARGET, PARTIAL = "_target_", "_partial_"
 RESTORED = ("data", "model", "loss")  # the config groups a checkpoint's run is rebuilt from
 ESTIMATOR = "ultr"  # the click estimator's group: rebuilt with the model when the run had one
+# How a click run chooses its epoch (ultr.select=labels|clicks and its settings,
+# rankers/run/click_selection.py): options of the group ultr that are not the estimator's
+SELECTION_OPTIONS = ("select", "select_metric", "select_k", "select_sessions", "select_clip")
+
+
+def estimator_node(node: Any) -> Any:
+    """The config node of the click estimator in group ``ultr``'s ``node``: without its
+    :data:`SELECTION_OPTIONS` (a run record from before them has none)."""
+    if not isinstance(node, dict):
+        return node
+    return {key: value for key, value in node.items() if key not in SELECTION_OPTIONS}
 
 
 class UnsafeCheckpointError(ValueError):

@@ -44,6 +44,7 @@ from differank.rankers.checkpoints.reading import (
     build,
     build_model,
     build_ranker,
+    estimator_node,
     run_record,
     serving_statistics,
 )
@@ -282,4 +283,4 @@ def restored_estimator(config: dict[str, Any]) -> dict[str, Any]:
     (DLA's propensities, the two-tower bias) are in the checkpoint, so the module that loads
     them must have it; the served scorer is the ranker alone either way."""
     node = config.get(ESTIMATOR)
-    return {} if node is None else {"estimator": build(node, ESTIMATOR)}
+    return {} if node is None else {"estimator": build(estimator_node(node), ESTIMATOR)}

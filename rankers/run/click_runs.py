@@ -20,6 +20,8 @@ from omegaconf import DictConfig
 
 from differank.datamodules.clicks.click_log import ClickLog, read_click_log
 from differank.datamodules.clicks.datamodule import ClickDataModule, training_identity
+from differank.datamodules.clicks.held_out import HeldOutSessions
+from differank.rankers.run.click_selection import click_selection
 from differank.rankers.run.production import shown_lists
 
 log = logging.getLogger(__name__)
@@ -30,7 +32,9 @@ def click_datamodule(cfg: DictConfig, datamodule):
     """``datamodule`` itself for ``clicks=none``; else a
     :class:`~differank.datamodules.clicks.datamodule.ClickDataModule` around it: offline, the
     log at ``clicks.log``; online, ``clicks.model`` simulating on the production ranker's top
-    ``clicks.top_k`` of every training query."""
+    ``clicks.top_k`` of every training query; under ``ultr.select=clicks`` its validation
+    batches are ``ultr.select_sessions`` held-out sessions of the same users on the production
+    ranker's top ``clicks.top_k`` of every validation query (drawn here, once)."""
     clicks = cfg.get("clicks")
     if clicks is None or clicks.get("mode") is None:
         return datamodule
@@ -52,8 +56,20 @@ def click_datamodule(cfg: DictConfig, datamodule):
         )
     make_model = instantiate(clicks.model)  # a partial: the data and top_k complete it
     model = make_model(max_label=max(datamodule.label_levels), positions=int(clicks.top_k))
-    shown = shown_lists(datamodule, clicks.production, int(clicks.top_k), int(cfg.seed))
-    return ClickDataModule.simulated(datamodule, shown, model, seed=cfg.seed)
+    top_k, seed = int(clicks.top_k), int(cfg.seed)
+    shown = shown_lists(datamodule, clicks.production, top_k, seed)
+    selection = click_selection(cfg)
+    held_out = None
+    if selection is not None:
+        validation = shown_lists(datamodule, clicks.production, top_k, seed, split="val")
+        split = datamodule.split_data("val")
+        held_out = HeldOutSessions.simulate(split, validation, model, selection.sessions, seed)
+        log.info(
+            "ultr.select=clicks: %d held-out sessions on each of %d validation queries",
+            selection.sessions,
+            len(validation),
+        )
+    return ClickDataModule.simulated(datamodule, shown, model, seed=cfg.seed, held_out=held_out)
 
 
 def simulate(cfg: DictConfig, run_dir: Path) -> Path:

@@ -9,8 +9,8 @@ scores / T instead of its deterministic top k.
 Public API::
 
     sampled_queries(n_queries, fraction, seed) -> np.ndarray   # the queries it learns from
-    production_scores(data, production, seed) -> float64 [N]   # a score per training row
-    shown_lists(data, production, top_k, seed) -> list[np.ndarray]  # rows shown, top first
+    production_scores(data, production, seed, split="train") -> float64 [N]  # a score per row
+    shown_lists(data, production, top_k, seed, split="train") -> list[np.ndarray]  # top first
 """
 
 from __future__ import annotations
@@ -68,18 +68,19 @@ def _quiet_lightning() -> Iterator[None]:
         lightning.setLevel(level)
 
 
-def production_scores(data, production: DictConfig, seed: int) -> np.ndarray:
+def production_scores(data, production: DictConfig, seed: int, split: str = "train") -> np.ndarray:
     """Train ``production.model`` (a gradient-trained differank model, e.g. the linear ranker)
     with ``production.loss`` on a ``production.fraction`` sample of the training queries (true
-    labels) for ``production.max_epochs`` epochs, and score every training row with it. The
-    global random state is left as it was (a click run and a log-trained run start alike)."""
-    split = data.split_data("train")
-    chosen = split.queries[sampled_queries(len(split.queries), production.fraction, seed)]
+    labels) for ``production.max_epochs`` epochs, and score every row of ``split`` with it (the
+    same ranker for every split: the same seed trains it). The global random state is left as
+    it was (a click run and a log-trained run start alike)."""
+    train = data.split_data("train")
+    chosen = train.queries[sampled_queries(len(train.queries), production.fraction, seed)]
     sample = SplitTensors.from_queries(
-        torch.from_numpy(split.features),
-        torch.from_numpy(split.labels),
-        [split.query_rows[q] for q in chosen],
-        split.query_ids[chosen],
+        torch.from_numpy(train.features),
+        torch.from_numpy(train.labels),
+        [train.query_rows[q] for q in chosen],
+        train.query_ids[chosen],
     )
     dataset = QueryBatchDataset(sample)
     sampler = QueryBatchSampler(
@@ -109,17 +110,20 @@ def production_scores(data, production: DictConfig, seed: int) -> np.ndarray:
             warnings.filterwarnings("ignore", message=".*no `val_dataloader`")  # none: by design
             trainer.fit(module, train_dataloaders=loader)
     log.info(
-        "production ranker: %s trained on %d of %d training queries (%.1f %%)",
+        "production ranker: %s trained on %d of %d training queries (%.1f %%), scoring the %s "
+        "split",
         type(module.ranker).__name__,
         len(chosen),
-        len(split.queries),
-        100 * len(chosen) / len(split.queries),
+        len(train.queries),
+        100 * len(chosen) / len(train.queries),
+        split,
     )
-    return _score_rows(module, split)
+    return _score_rows(module, data.split_data(split))
 
 
 def _score_rows(module, split) -> np.ndarray:
-    """float64 [N]: the module's score of every training row (rows of unserved queries: NaN)."""
+    """float64 [N]: the module's score of every row of ``split`` (rows of unserved queries:
+    NaN)."""
     tensors = SplitTensors.from_queries(
         torch.from_numpy(split.features),
         torch.from_numpy(split.labels),
@@ -138,17 +142,23 @@ def _score_rows(module, split) -> np.ndarray:
     return scores
 
 
-def shown_lists(data, production: DictConfig, top_k: int, seed: int) -> list[np.ndarray]:
-    """The rows the production ranker shows for every served training query (top first): its
-    top ``top_k``, or with ``production.temperature`` set the top ``top_k`` of one
-    Plackett–Luce ranking per query drawn from ``seed`` (its own stream, so the run's other
-    draws are unchanged)."""
+# the Plackett-Luce draws' stream of the run's seed, per split: never another split's
+_PLACKETT_LUCE_STREAMS = {"train": 36, "val": 37}
+
+
+def shown_lists(
+    data, production: DictConfig, top_k: int, seed: int, split: str = "train"
+) -> list[np.ndarray]:
+    """The rows the production ranker shows for every served query of ``split`` (``train``,
+    or ``val`` for held-out sessions; top first): its top ``top_k``, or with
+    ``production.temperature`` set the top ``top_k`` of one Plackett–Luce ranking per query
+    drawn from ``seed`` (its own stream per split, so the run's other draws are unchanged)."""
     temperature = production.get("temperature")
-    scores = production_scores(data, production, seed)
-    split = data.split_data("train")
-    query_rows = [split.query_rows[q] for q in split.queries]
+    scores = production_scores(data, production, seed, split)
+    served = data.split_data(split)
+    query_rows = [served.query_rows[q] for q in served.queries]
     if temperature is None:
         return top_k_rows(scores, query_rows, top_k)
     log.info("production ranker: Plackett-Luce rankings at temperature %g", temperature)
-    rng = np.random.default_rng([seed, 36])
+    rng = np.random.default_rng([seed, _PLACKETT_LUCE_STREAMS[split]])
     return plackett_luce_rows(scores, query_rows, top_k, temperature, rng)

@@ -37,6 +37,11 @@ from differank.rankers.checkpoints import (
     serving_scorer,
 )
 from differank.rankers.run.click_runs import click_datamodule, simulate
+from differank.rankers.run.click_selection import (
+    click_selection,
+    estimator_config,
+    select_by_clicks,
+)
 from differank.rankers.run.curves import plot_run_curves
 from differank.rankers.run.scoring import describe_checkpoint, report, write_predictions
 
@@ -57,6 +62,9 @@ def simulate_clicks(cfg: DictConfig, run_dir: Path) -> None:
 def fit(cfg: DictConfig, run_dir: Path, multirun: bool = False) -> float:
     """Train (resuming from ``ckpt_path``), then test the best epoch and write the outputs."""
     seed_run(cfg)
+    selection = click_selection(cfg)
+    if selection is not None:  # before the callbacks read the monitor
+        select_by_clicks(cfg, selection)
     if cfg.ckpt_path and Path(cfg.ckpt_path).is_file():  # a damaged file is named, not read by
         load_checkpoint(cfg.ckpt_path)  # Lightning (whose error would not name it)
     datamodule, model = build_run(cfg)
@@ -128,8 +136,9 @@ def distilled_data(cfg: DictConfig) -> dict[str, Any]:
 
 def click_estimator(cfg: DictConfig) -> dict[str, Any]:
     """``{"estimator": the instantiated cfg.ultr}`` when the run trains from clicks, else
-    ``{}``. A click run without ``ultr`` trains with the naive estimator (clicks as labels,
-    said in the log); an estimator without clicks is refused with the fix."""
+    ``{}``, with ``"click_validation"`` under ``ultr.select=clicks``. A click run without
+    ``ultr`` trains with the naive estimator (clicks as labels, said in the log); an estimator
+    without clicks is refused with the fix."""
     ultr, clicks = cfg.get("ultr"), cfg.get("clicks")
     clicking = clicks is not None and clicks.get("mode") is not None
     if ultr is None:
@@ -147,7 +156,17 @@ def click_estimator(cfg: DictConfig) -> dict[str, Any]:
             "ultr=... trains by gradient steps: it needs a gradient-trained model "
             "(model=linear, mlp, transformer), not a full-batch solver"
         )
-    return {"estimator": instantiate(ultr)}
+    estimator = instantiate(estimator_config(ultr))
+    selection = click_selection(cfg)
+    if selection is None:
+        return {"estimator": estimator}
+    if selection.metric == "loglik" and not estimator.fits_click_model:
+        raise ValueError(
+            f"ultr.select_metric=loglik: {type(estimator).__name__} fits no click model to give "
+            "held-out clicks a likelihood; use ultr.select_metric=ips_dcg, or ultr=twotower|"
+            "dla|rem"
+        )
+    return {"estimator": estimator, "click_validation": selection.validation()}
 
 
 def distill_teacher(cfg: DictConfig):

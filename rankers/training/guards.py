@@ -31,8 +31,9 @@ class ValidationSignalCheck(pl.Callback):
     """Warn when no ranking of the validation split scores better than another.
 
     Reads the labels and query grouping of ``trainer.datamodule.split_data("val")`` (a data
-    module without ``split_data`` is not checked). Relevance is ``label > 0``, as in the
-    metrics (:mod:`differank.rankers.metrics.letor`).
+    module without ``split_data`` is not checked, nor one that validates on held-out click
+    sessions, ``ultr.select=clicks``, which reads no validation label). Relevance is
+    ``label > 0``, as in the metrics (:mod:`differank.rankers.metrics.letor`).
     """
 
     def __init__(self, monitor: str = "val/map") -> None:
@@ -43,6 +44,8 @@ class ValidationSignalCheck(pl.Callback):
         split_data = getattr(trainer.datamodule, "split_data", None)  # type: ignore[attr-defined]
         if split_data is None or not trainer.is_global_zero:
             return
+        if getattr(trainer.datamodule, "held_out", None) is not None:  # type: ignore[attr-defined]
+            return  # validation on click sessions (ultr.select=clicks): labels are not read
         message = validation_signal_problem(split_data("val"), self.monitor)
         if message is not None:
             log.warning(message)

@@ -25,6 +25,7 @@ from torch import nn
 from differank.losses.inputs import compute_dtype, finite_label_mask, float_labels
 from differank.losses.module_form import LossModule
 from differank.rankers.checkpoints import load_checkpoint, rebuild_module
+from differank.rankers.metrics.clicks import ClickValidation
 from differank.rankers.metrics.letor import LetorMetric
 from differank.rankers.scorers.base import FullBatchSolver, Ranker
 from differank.rankers.training.list_memory import check_batch_memory
@@ -333,6 +334,12 @@ class RankingModule(EvaluationModule):
             (DLA's propensities, the two-tower bias) train with the ranker, at the optimizer's
             learning rate times the estimator's ``lr_scale``, and are saved in checkpoints, but
             never belong to the served or exported scorer (``ranker`` alone).
+        click_validation: ``None`` (validation on the true labels), or the click metrics of
+            ``ultr.select=clicks`` (:class:`~differank.rankers.metrics.clicks.ClickValidation`):
+            validation batches are then held-out click sessions without labels
+            (docs/clicks.md#choosing-a-model-without-labels), and ``val/click_dcg@k`` (and,
+            for an estimator that fits a click model, ``val/click_loglik``) replace ``val/*``
+            and ``val/loss``.
         query_weights: whether the training batches will carry query weights (``"weights"``
             [B], :class:`~differank.datamodules.split_tensors.SplitTensors`); ``True`` checks
             here, at set-up, that ``loss`` gives per-query values (:func:`weighted_reduction`),
@@ -365,6 +372,7 @@ class RankingModule(EvaluationModule):
         metric_convention: str = "letor",
         estimator: nn.Module | None = None,
         query_weights: bool = False,
+        click_validation: ClickValidation | None = None,
     ) -> None:
         if l1 < 0 or l2 < 0:
             raise ValueError(f"l1 and l2 must be >= 0, got l1={l1}, l2={l2}")
@@ -376,6 +384,7 @@ class RankingModule(EvaluationModule):
         self.l1, self.l2 = float(l1), float(l2)
         self.augment_noise = float(augment_noise)
         self.estimator = estimator
+        self.click_validation = click_validation
         if query_weights:
             weighted_reduction(loss)
         self._epoch_loss_sum: torch.Tensor | None = None  # Σ queries · loss of this epoch
@@ -458,6 +467,28 @@ class RankingModule(EvaluationModule):
             batch["mask"],
             batch.get("propensities"),
         )
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        """The true-label metrics, or on a held-out click batch (``ultr.select=clicks``: it
+        has ``clicks`` [B, S, L] and no ``labels``) the click metrics."""
+        if "clicks" not in batch:
+            return super().validation_step(batch, batch_idx)
+        if self.click_validation is None:
+            raise ValueError(
+                "the validation batches are click sessions but the model has no click "
+                "validation: build it with click_validation= (train.py: ultr.select=clicks)"
+            )
+        scores = self(batch["features"], batch["mask"])
+        self.click_validation.update(scores, batch, self.estimator)
+
+    def on_validation_epoch_end(self) -> None:
+        if self.click_validation is None:
+            return super().on_validation_epoch_end()
+        strategy = self.trainer.strategy
+        values = self.click_validation.compute(lambda v: strategy.reduce(v, reduce_op="sum"))
+        self.click_validation.reset()
+        for name, value in values.items():  # summed over processes already
+            self.log(f"val/{name}", value.float(), prog_bar=name == self.click_validation.dcg_name)
 
     def _add_to_epoch_loss(self, loss: torch.Tensor, size: int) -> None:
         """Sum ``size · loss`` on the loss's device: one op per step, no host read. (A

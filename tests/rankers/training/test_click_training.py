@@ -17,6 +17,7 @@ from differank.rankers.checkpoints import (
     resolved,
     serving_scorer,
 )
+from differank.rankers.run.click_selection import estimator_config
 from differank.rankers.run.runs import compose_config
 from differank.rankers.run.trainer_tasks import build_run
 from differank.rankers.scorers.linear import LinearRanker
@@ -119,7 +120,9 @@ def test_a_checkpoint_rebuilds_the_estimator_and_serves_the_ranker_alone(tmp_pat
 
 @pytest.mark.parametrize("option", sorted(p.stem for p in (ROOT / "conf" / "ultr").glob("*.yaml")))
 def test_every_ultr_option_instantiates_an_allowlisted_estimator(train_config, option):
-    estimator = instantiate(train_config([f"ultr={option}"]).ultr)
+    ultr = train_config([f"ultr={option}"]).ultr
+    assert ultr.select == "labels"  # every option chooses its epoch on labels unless told
+    estimator = instantiate(estimator_config(ultr))
     assert type(estimator) in ESTIMATORS
 
 
