@@ -270,12 +270,19 @@ def _log_features(data, log: ClickLog) -> np.ndarray:
             f"{log.source}: features has {log.features.shape[1]} columns, the data "
             f"{n_features}: a log's features must be the run's features, in order"
         )
+    return run_features(data, log.features, log.source)
+
+
+def run_features(data, raw: np.ndarray, source: str = "the click log") -> np.ndarray:
+    """float32 [n, F]: a log's raw features as ``data`` normalises its own (its feature
+    transform, then its z-score); per-query normalisation is refused (a log's rows are not
+    the data's queries)."""
     if getattr(data, "normalization", "none") == "query_minmax":
         raise ClickLogError(
-            f"{log.source}: a features log cannot be normalised per query "
+            f"{source}: a features log cannot be normalised per query "
             "(data.normalization=query_minmax); use zscore or none, or a doc_row log"
         )
-    features = log.features.copy()
+    features = raw.copy()
     transform = data.feature_transform
     if transform is not None:
         features = transform(torch.from_numpy(features)).numpy().astype(np.float32)
