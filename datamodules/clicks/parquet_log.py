@@ -155,8 +155,8 @@ def _check_sessions(rows: LoggedRows, where: _Where) -> None:
 
 
 def _list_values(pa, table, name: str, width: int | None, where: _Where) -> np.ndarray:
-    """A list column of numbers as float32 [n, F]: F = ``width`` (or the first row's), every
-    value finite and within float32's range as stored."""
+    """A list column of numbers as [n, F] at its stored width: F = ``width`` (or the first
+    row's); a null list or value, or a list of another length, is refused naming its row."""
     column = table.column(name).combine_chunks()
     if column.null_count:
         row = int(np.flatnonzero(np.asarray(column.is_null()))[0])
@@ -171,17 +171,71 @@ def _list_values(pa, table, name: str, width: int | None, where: _Where) -> np.n
     if flat.null_count:
         cell = int(np.flatnonzero(np.asarray(flat.is_null()))[0])
         where.fail(f"{name}[{cell % expected}] is null", cell // expected)
-    values = flat.to_numpy(zero_copy_only=False).reshape(len(column), expected)
+    return flat.to_numpy(zero_copy_only=False).reshape(len(column), expected)
+
+
+def _features(values: np.ndarray, where: _Where) -> np.ndarray:
+    """Features [n, F] as float32, once every value is finite and within float32's range as
+    stored (a float64 1e39 would become inf)."""
+    if values.dtype.kind not in "iuf" or values.ndim != 2:
+        where.fail(f"features must be numbers [rows, F], got {values.dtype} {values.shape}")
     if values.dtype.kind == "f":
         bad = ~np.isfinite(values) | (np.abs(values) > FLOAT32_MAX)
         where.first_bad(
             bad.any(axis=1),
             lambda r: (
-                f"{name}[{int(np.argmax(bad[r]))}] is {values[r][bad[r]][0]}: a feature "
+                f"features[{int(np.argmax(bad[r]))}] is {values[r][bad[r]][0]}: a feature "
                 "must be finite and within float32's range"
             ),
         )
     return values.astype(np.float32)
+
+
+def _checked_rows(
+    values: dict[str, np.ndarray], where: _Where, session_range: tuple[int, int] | None = None
+) -> LoggedRows:
+    """The rows of one row group from its columns at their stored width (``dwell``,
+    ``propensity`` and two of the document columns may be absent), every rule checked before
+    a value is narrowed; ``session_range``: the (min, max) the footer claims."""
+    session = _integers(values["session"], "session", where)
+    if session_range is not None:
+        low, high = session_range
+        where.first_bad(
+            (session < low) | (session > high),
+            lambda r: (
+                f"session {session[r]} is outside {low}..{high}, the range the footer's "
+                "statistics claim (a damaged or altered file: write it again)"
+            ),
+        )
+    click = values["click"]
+    where.first_bad((click != 0) & (click != 1), lambda r: f"click {click[r]} is not 0 or 1")
+    dwell, propensity = values.get("dwell"), values.get("propensity")
+    if dwell is not None:
+        bad = ~np.isfinite(dwell) | (dwell < 0) | (dwell > FLOAT32_MAX)
+        where.first_bad(bad, lambda r: f"dwell {dwell[r]} is not a finite number >= 0")
+        dwell = dwell.astype(np.float32)
+    if propensity is not None:
+        p = propensity
+        # (0, 1] as stored, and still > 0 in float32 (a float64 1e-50 would become 0)
+        inside = (p > 0) & (p <= 1) & (p.astype(np.float32) > 0)
+        where.first_bad(~inside, lambda r: f"propensity {p[r]} is not in (0, 1]")
+        propensity = p.astype(np.float32)
+    features = values.get("features")
+    doc_key, doc_row = values.get("doc_key"), values.get("doc_row")
+    rows = LoggedRows(
+        first_row=where.first_row,
+        session=session,
+        qid=_integers(values["qid"], "qid", where),
+        position=_integers(values["position"], "position", where),
+        click=click.astype(np.uint8),
+        dwell=dwell,
+        propensity=propensity,
+        features=None if features is None else _features(features, where),
+        doc_key=None if doc_key is None else _integers(doc_key, "doc_key", where),
+        doc_row=None if doc_row is None else _integers(doc_row, "doc_row", where, 0),
+    )
+    _check_sessions(rows, where)
+    return rows
 
 
 class ParquetClickLog:
@@ -339,49 +393,14 @@ class ParquetClickLog:
             where.fail(f"not readable ({error})")
         if table.num_rows != self.group_rows(group):
             where.fail(f"{table.num_rows} rows, its footer claims {self.group_rows(group)}")
-        names = set(table.column_names)
-        session = _integers(_values(pa, table, "session", where), "session", where)
-        low, high = self._session_ranges[group]
-        where.first_bad(
-            (session < low) | (session > high),
-            lambda r: (
-                f"session {session[r]} is outside {low}..{high}, the range the footer's "
-                "statistics claim (a damaged or altered file: write it again)"
-            ),
-        )
-        click = _values(pa, table, "click", where)
-        where.first_bad((click != 0) & (click != 1), lambda r: f"click {click[r]} is not 0 or 1")
-        dwell = propensity = None
-        if "dwell" in names:
-            dwell = _values(pa, table, "dwell", where)
-            bad = ~np.isfinite(dwell) | (dwell < 0) | (dwell > FLOAT32_MAX)
-            where.first_bad(bad, lambda r: f"dwell {dwell[r]} is not a finite number >= 0")
-            dwell = dwell.astype(np.float32)
-        if "propensity" in names:
-            p = _values(pa, table, "propensity", where)
-            # (0, 1] as stored, and still > 0 in float32 (a float64 1e-50 would become 0)
-            inside = (p > 0) & (p <= 1) & (p.astype(np.float32) > 0)
-            where.first_bad(~inside, lambda r: f"propensity {p[r]} is not in (0, 1]")
-            propensity = p.astype(np.float32)
-        document: dict[str, np.ndarray | None] = dict.fromkeys(DOCUMENT_COLUMNS)
+        values = {
+            name: _values(pa, table, name, where)
+            for name in table.column_names
+            if name != "features"
+        }
         if self.document == "features":
-            document["features"] = _list_values(pa, table, "features", self.n_features, where)
-        else:
-            lowest = 0 if self.document == "doc_row" else _INT64_MIN
-            values = _values(pa, table, self.document, where)
-            document[self.document] = _integers(values, self.document, where, lowest)
-        rows = LoggedRows(
-            first_row=where.first_row,
-            session=session,
-            qid=_integers(_values(pa, table, "qid", where), "qid", where),
-            position=_integers(_values(pa, table, "position", where), "position", where),
-            click=click.astype(np.uint8),
-            dwell=dwell,
-            propensity=propensity,
-            **document,
-        )
-        _check_sessions(rows, where)
-        return rows
+            values["features"] = _list_values(pa, table, "features", self.n_features, where)
+        return _checked_rows(values, where, self._session_ranges[group])
 
 
 class ClickLogWriter:
@@ -439,40 +458,32 @@ class ClickLogWriter:
         given = sorted(name for name, value in columns.items() if value is not None)
         if given != sorted(names):
             raise ValueError(f"a row group of this log has columns {names}, got {given}")
-        arrays = []
-        for field in self.schema:
-            values = np.asarray(columns[field.name])
-            if field.name == "features":
-                values = np.ascontiguousarray(values, dtype=np.float32)
-                flat = pa.array(values.reshape(-1))
-                arrays.append(pa.FixedSizeListArray.from_arrays(flat, int(self.n_features)))
-            else:
-                arrays.append(pa.array(values).cast(field.type))
-        table = pa.Table.from_arrays(arrays, schema=self.schema)
-        # the reader's rules, on the rows as they will be read back
         where = _Where(self.path, self.row_groups, self.rows)
-        session = np.asarray(columns["session"], dtype=np.int64)
-        if self._last_session is not None and session[0] <= self._last_session:
+        values = {name: np.asarray(columns[name]) for name in names}
+        if values["session"].ndim != 1 or not len(values["session"]):
+            raise ValueError(f"{self.path}: a row group needs rows (1-D columns)")
+        # the reader's rules, on the values as given (before they are narrowed to the schema)
+        rows = _checked_rows(values, where)
+        if self._last_session is not None and rows.session[0] <= self._last_session:
             raise ValueError(
-                f"{self.path}: a row group starts at session {session[0]}, after session "
+                f"{self.path}: a row group starts at session {rows.session[0]}, after session "
                 f"{self._last_session}: write whole sessions in increasing order"
             )
-        rows = LoggedRows(
-            first_row=self.rows,
-            session=session,
-            qid=np.asarray(columns["qid"], np.int64),
-            position=np.asarray(columns["position"], np.int64),
-            click=np.asarray(columns["click"]),
-            dwell=None,
-            propensity=None,
-            features=None,
-            doc_key=None,
-            doc_row=None,
-        )
-        where.first_bad((rows.click != 0) & (rows.click != 1), lambda r: "click is not 0 or 1")
-        _check_sessions(rows, where)
+        arrays = []
+        for field in self.schema:
+            if field.name == "features":
+                assert rows.features is not None
+                if rows.features.shape[1] != self.n_features:
+                    where.fail(
+                        f"features has {rows.features.shape[1]} columns, not {self.n_features}"
+                    )
+                flat = pa.array(np.ascontiguousarray(rows.features).reshape(-1))
+                arrays.append(pa.FixedSizeListArray.from_arrays(flat, int(self.n_features)))
+            else:
+                arrays.append(pa.array(getattr(rows, field.name)).cast(field.type))
+        table = pa.Table.from_arrays(arrays, schema=self.schema)
         self._writer.write_table(table, row_group_size=len(table))
-        self._last_session = int(session[-1])
+        self._last_session = int(rows.session[-1])
         self.rows += len(table)
         self.row_groups += 1
 
