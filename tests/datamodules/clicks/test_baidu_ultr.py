@@ -5,14 +5,15 @@ layout (Feather and Parquet); broken sessions refused naming the source file and
 from __future__ import annotations
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.feather as feather
-import pyarrow.parquet as pq
 import pytest
 
-from differank.datamodules.clicks.baidu_ultr import LTR_FEATURES, convert_baidu_ultr, main
-from differank.datamodules.clicks.click_log import ClickLogError
-from differank.datamodules.clicks.parquet_log import ParquetClickLog
+pa = pytest.importorskip("pyarrow")
+feather = pytest.importorskip("pyarrow.feather")
+pq = pytest.importorskip("pyarrow.parquet")
+
+from differank.datamodules.clicks.baidu_ultr import LTR_FEATURES, convert_baidu_ultr, main  # noqa: E402
+from differank.datamodules.clicks.click_log import ClickLogError  # noqa: E402
+from differank.datamodules.clicks.parquet_log import ParquetClickLog  # noqa: E402
 
 LENGTHS = [3, 1, 4]
 

@@ -8,9 +8,11 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from differank.datamodules.clicks.click_log import ClickLogError
-from differank.datamodules.clicks.parquet_log import ClickLogWriter, ParquetClickLog
-from differank.datamodules.clicks.stream import ClickLogStream, shard_row_groups
+pytest.importorskip("pyarrow")
+
+from differank.datamodules.clicks.click_log import ClickLogError  # noqa: E402
+from differank.datamodules.clicks.parquet_log import ClickLogWriter, ParquetClickLog  # noqa: E402
+from differank.datamodules.clicks.stream import ClickLogStream, shard_row_groups  # noqa: E402
 
 
 def raw_features(rows):

@@ -6,12 +6,13 @@ from __future__ import annotations
 import os
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-from differank.datamodules.clicks.click_log import ClickLog, ClickLogError
-from differank.datamodules.clicks.parquet_log import (
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+from differank.datamodules.clicks.click_log import ClickLog, ClickLogError  # noqa: E402
+from differank.datamodules.clicks.parquet_log import (  # noqa: E402
     FORMAT,
     FORMAT_KEY,
     ClickLogWriter,

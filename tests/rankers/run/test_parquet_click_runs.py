@@ -7,17 +7,18 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
 from hydra.utils import instantiate
 
-import differank
-from differank.datamodules.clicks.click_log import ClickLog, ClickLogError, read_click_log
-from differank.datamodules.clicks.parquet_log import ParquetClickLog, write_click_log_parquet
-from differank.rankers.run.runs import compose_config
-from tests.conftest import TINY_DATA, run_config
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+import differank  # noqa: E402
+from differank.datamodules.clicks.click_log import ClickLog, ClickLogError, read_click_log  # noqa: E402
+from differank.datamodules.clicks.parquet_log import ParquetClickLog, write_click_log_parquet  # noqa: E402
+from differank.rankers.run.runs import compose_config  # noqa: E402
+from tests.conftest import TINY_DATA, run_config  # noqa: E402
 
 RUN = [*TINY_DATA, "trainer.max_epochs=1", "logger=csv", "quiet=true", "seed=3"]
 SIMULATE = [*RUN, "clicks=pbm", "clicks.top_k=6", "clicks.eta=2", "task=simulate"]
