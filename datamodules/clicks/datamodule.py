@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytorch_lightning as pl
@@ -43,6 +44,9 @@ from differank.datamodules.clicks.click_log import IDENTITY, ClickLog, ClickLogE
 from differank.datamodules.letor import LetorDataModule
 from differank.datamodules.normalization import apply_zscore
 from differank.datamodules.split_tensors import SplitTensors
+
+if TYPE_CHECKING:
+    from differank.datamodules.clicks.parquet_log import ParquetClickLog
 
 
 def batch_seed(seed: int, batch_number: int) -> int:
@@ -231,7 +235,7 @@ def training_identity(data) -> dict[str, str]:
     return identity
 
 
-def check_same_data(log: ClickLog, data) -> None:
+def check_same_data(log: ClickLog | ParquetClickLog, data) -> None:
     """Refuse ``log`` on ``data`` when a fingerprint it records (:func:`training_identity`)
     differs from the data's: its ``doc_row`` values would index other documents. A log without
     fingerprints (a real log) is not checked."""

@@ -338,7 +338,7 @@ class ParquetClickLog:
         """Each row group's (min, max) session from the footer's statistics: increasing and
         disjoint, so a session lies in one row group and the file is sorted by session."""
         column = metadata.schema.to_arrow_schema().get_field_index("session")
-        ranges = []
+        ranges: list[tuple[int, int]] = []
         for g in range(metadata.num_row_groups):
             stats = metadata.row_group(g).column(column).statistics
             if stats is None or not stats.has_min_max:
@@ -429,6 +429,7 @@ class ClickLogWriter:
             raise ValueError("a features log needs n_features (the list's width)")
         self.path = Path(path)
         self.overwrite = overwrite
+        self.n_features = 0 if n_features is None else int(n_features)
         if os.path.lexists(self.path) and not overwrite:
             raise FileExistsError(f"{self.path} exists; pass overwrite=True to replace it")
         fields = [(name, pa.int64()) for name in ("session", "qid", "position")]
@@ -438,12 +439,12 @@ class ClickLogWriter:
         if with_propensity:
             fields.append(("propensity", pa.float32()))
         if document == "features":
-            fields.append(("features", pa.list_(pa.float32(), int(n_features))))
+            fields.append(("features", pa.list_(pa.float32(), self.n_features)))
         else:
             fields.append((document, pa.int64()))
         footer = {FORMAT_KEY: FORMAT, **(metadata or {})}
         self.schema = pa.schema(fields, metadata=footer)
-        self.document, self.n_features = document, n_features
+        self.document = document
         self._temporary = self.path.parent / f".{self.path.name}.{uuid.uuid4().hex}.tmp"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._writer = pq.ParquetWriter(self._temporary, self.schema, compression="none")
@@ -478,7 +479,7 @@ class ClickLogWriter:
                         f"features has {rows.features.shape[1]} columns, not {self.n_features}"
                     )
                 flat = pa.array(np.ascontiguousarray(rows.features).reshape(-1))
-                arrays.append(pa.FixedSizeListArray.from_arrays(flat, int(self.n_features)))
+                arrays.append(pa.FixedSizeListArray.from_arrays(flat, self.n_features))
             else:
                 arrays.append(pa.array(getattr(rows, field.name)).cast(field.type))
         table = pa.Table.from_arrays(arrays, schema=self.schema)

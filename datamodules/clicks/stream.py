@@ -109,7 +109,7 @@ def click_batch(sessions: list[tuple[LoggedRows, np.ndarray, int, int]]) -> dict
         clicks[b, :n] = rows.click[start:end]
         doc_index[b, :n] = rows.first_row + np.arange(start, end)
         qid[b] = rows.qid[start]
-        if with_propensity:
+        if rows.propensity is not None:
             propensities[b, :n] = rows.propensity[start:end]
     mask = torch.from_numpy(doc_index >= 0)
     slots = torch.arange(width).expand(size, width)

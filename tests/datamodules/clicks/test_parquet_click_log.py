@@ -11,6 +11,7 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
+from differank.datamodules.clicks import parquet_log  # noqa: E402
 from differank.datamodules.clicks.click_log import ClickLog, ClickLogError  # noqa: E402
 from differank.datamodules.clicks.parquet_log import (  # noqa: E402
     FORMAT,
@@ -167,3 +168,10 @@ def test_a_feature_table_maps_keys_to_features_and_names_a_missing_key(tmp_path)
     pq.write_table(twice, tmp_path / "twice.parquet")
     with pytest.raises(ClickLogError, match="doc_key 1 appears more than once"):
         FeatureTable.read(tmp_path / "twice.parquet")
+
+
+def test_a_row_group_larger_than_the_memory_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    path = write(tmp_path / "log.parquet")
+    monkeypatch.setattr(parquet_log, "available_memory_bytes", lambda: 100)
+    with pytest.raises(ClickLogError, match="log.parquet: its largest row group takes"):
+        ParquetClickLog(path)
