@@ -170,7 +170,8 @@ def report(results: list[dict], command: str, train: bool) -> str:
             f"({results[-1]['rows'] / results[0]['rows']:.0f}x the rows): "
             f"{mib(min(peaks))} to {mib(max(peaks))} MiB "
             f"({max(peaks) / min(peaks):.2f}x): flat in the number of rows, as the stream holds "
-            "one row group and one batch at a time.",
+            "one row group at a time (two while a batch takes sessions from both) and the "
+            "batch it fills.",
         ]
     return "\n".join(lines)
 

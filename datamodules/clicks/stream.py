@@ -5,7 +5,8 @@ docs/clicks.md#the-parquet-click-log).
 Every (rank, worker) reads its own row groups: with R ranks and W workers, reader
 ``k = rank · W + worker`` reads row groups ``g`` with ``g mod (R · W) = k``, so each row group is
 read by exactly one (rank, worker) per epoch, and a session (which lies in one row group) is
-served exactly once. A reader holds one row group and the batch it is filling, never the log.
+served exactly once. A reader holds one row group (two while a batch takes sessions from both)
+and the batch it is filling, never the log.
 Each epoch it visits its row groups, and the sessions of each, in an order drawn from
 ``(seed, epoch, rank, worker)``.
 
