@@ -383,6 +383,16 @@ class ParquetClickLog:
     def group_rows(self, group: int) -> int:
         return int(self.starts[group + 1] - self.starts[group])
 
+    def sessions_per_group(self) -> np.ndarray:
+        """int64 [G]: the sessions of each row group, from its ``session`` column alone (one
+        row group at a time: memory flat in the log's length)."""
+        counts = np.zeros(self.row_groups, np.int64)
+        for group in range(self.row_groups):
+            column = self._parquet().read_row_group(group, columns=["session"]).column(0)
+            session = column.to_numpy()
+            counts[group] = 1 + np.count_nonzero(session[1:] != session[:-1])
+        return counts
+
     def read_group(self, group: int) -> LoggedRows:
         """Row group ``group``, every value checked at its stored width (module docstring)."""
         pa, _ = _pyarrow()

@@ -16,18 +16,24 @@ features), ``mask``, ``qid``, ``doc_index`` (the log's file row, -1 at padding),
 ``positions`` (0-based, -1 at padding) and ``propensities`` when the log has them. ``labels``
 never exists. Validation, test and everything else are the wrapped LETOR data module's.
 
-With DDP, ranks may get different numbers of batches (row groups hold different numbers of
-sessions): write row groups of equal session counts, or train on one process.
+With DDP every rank must step as often as the others (a rank that runs out first would leave
+the others waiting in their gradient all-reduce). Row groups hold different numbers of sessions,
+so before the first epoch the session count of every row group is read (its ``session`` column
+alone) and each (rank, worker) serves at most as many batches as the same worker of the rank
+with the fewest (:func:`equal_batches`); the sessions left out are logged, and differ per epoch
+as the order does. One process serves every session.
 
 Public API::
 
     StreamingClickDataModule(data, log: ParquetClickLog, *, feature_table=None, seed=0)
     ClickLogStream(log, features, batch_size, *, seed=0, rank=0, world_size=1)  # the dataset
     shard_row_groups(row_groups, rank, world_size, worker, workers) -> [int]
+    equal_batches(sessions_per_group, batch_size, world_size, workers) -> int64 [workers]
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -39,6 +45,8 @@ from differank.datamodules.clicks.click_log import ClickLogError
 from differank.datamodules.clicks.datamodule import check_same_data, run_features
 from differank.datamodules.clicks.parquet_log import FeatureTable, LoggedRows, ParquetClickLog
 from differank.datamodules.letor import LetorDataModule
+
+log = logging.getLogger(__name__)
 
 
 def shard_row_groups(
@@ -55,6 +63,40 @@ def shard_row_groups(
     return list(range(rank * workers + worker, row_groups, readers))
 
 
+def _shard_batches(sessions_per_group, batch_size: int, world_size: int, workers: int):
+    """int64 [world_size, workers]: the batches each (rank, worker) fills from its row groups."""
+    groups = len(sessions_per_group)
+    return np.array(
+        [
+            [
+                -(
+                    -int(
+                        sum(
+                            sessions_per_group[g]
+                            for g in shard_row_groups(groups, r, world_size, w, workers)
+                        )
+                    )
+                    // batch_size
+                )
+                for w in range(workers)
+            ]
+            for r in range(world_size)
+        ],
+        dtype=np.int64,
+    )
+
+
+def equal_batches(sessions_per_group, batch_size: int, world_size: int, workers: int) -> np.ndarray:
+    """int64 [workers]: how many batches worker w of every rank serves per epoch, the fewest
+    that worker fills on any rank, so that every rank steps as often as the others.
+
+    Example:
+        >>> equal_batches([10, 3, 4], batch_size=4, world_size=2, workers=1).tolist()
+        [1]
+    """
+    return _shard_batches(sessions_per_group, batch_size, world_size, workers).min(axis=0)
+
+
 class ClickLogStream(IterableDataset):
     """The click batches of one rank's share of a Parquet click log (module docstring).
     ``features(rows) -> float32 [n, F]``: each row's features as the run trains on them."""
@@ -68,9 +110,12 @@ class ClickLogStream(IterableDataset):
         seed: int = 0,
         rank: int = 0,
         world_size: int = 1,
+        batches_per_worker: np.ndarray | None = None,
     ) -> None:
         self.log, self.features, self.batch_size = log, features, int(batch_size)
         self.seed, self.rank, self.world_size = int(seed), int(rank), int(world_size)
+        # at most this many batches from worker w (equal_batches; None: every session)
+        self.batches_per_worker = batches_per_worker
         self.epoch = 0  # advanced by each pass (persistent workers each advance their copy)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
@@ -79,6 +124,13 @@ class ClickLogStream(IterableDataset):
         groups = shard_row_groups(self.log.row_groups, self.rank, self.world_size, worker, workers)
         rng = np.random.default_rng([self.seed, self.epoch, self.rank, worker])
         self.epoch += 1
+        quota = None if self.batches_per_worker is None else int(self.batches_per_worker[worker])
+        for served, batch in enumerate(self._batches(groups, rng)):
+            if served == quota:
+                return
+            yield batch
+
+    def _batches(self, groups: list[int], rng: np.random.Generator) -> Iterator[dict]:
         pending: list[tuple[LoggedRows, np.ndarray, int, int]] = []
         for group in rng.permutation(groups).tolist():
             rows = self.log.read_group(group)
@@ -229,15 +281,41 @@ class StreamingClickDataModule(pl.LightningDataModule):
         if self._stream is None:
             trainer = self.trainer
             rank, world_size = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
+            batch_size = self._wrapped().batch_size
+            quotas = None
+            if world_size > 1:
+                quotas = self._equal_batches(batch_size, world_size, rank)
             self._stream = ClickLogStream(
                 self.log,
                 self._features(),
-                self._wrapped().batch_size,
+                batch_size,
                 seed=self.seed,
                 rank=rank,
                 world_size=world_size,
+                batches_per_worker=quotas,
             )
         return self._stream
+
+    def _equal_batches(self, batch_size: int, world_size: int, rank: int) -> np.ndarray:
+        """The batches per worker every rank serves (:func:`equal_batches`), and a warning of
+        the sessions this rank leaves out each epoch."""
+        workers = max(1, self.data.num_workers)
+        sessions = self.log.sessions_per_group()
+        quotas = equal_batches(sessions, batch_size, world_size, workers)
+        filled = _shard_batches(sessions, batch_size, world_size, workers)[rank]
+        if (filled > quotas).any():
+            log.warning(
+                "%s: rank %d fills %d batches per epoch, the rank with the fewest %d: it serves "
+                "%d and leaves about %d sessions out each epoch (others each epoch) so that every "
+                "rank steps equally often; write row groups of equal session counts to serve all",
+                self.log.path,
+                rank,
+                int(filled.sum()),
+                int(quotas.sum()),
+                int(quotas.sum()),
+                int((filled - quotas).sum()) * batch_size,
+            )
+        return quotas
 
     def train_dataloader(self) -> DataLoader:
         workers = self.data.num_workers

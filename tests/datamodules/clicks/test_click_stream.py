@@ -12,7 +12,11 @@ pytest.importorskip("pyarrow")
 
 from differank.datamodules.clicks.click_log import ClickLogError  # noqa: E402
 from differank.datamodules.clicks.parquet_log import ClickLogWriter, ParquetClickLog  # noqa: E402
-from differank.datamodules.clicks.stream import ClickLogStream, shard_row_groups  # noqa: E402
+from differank.datamodules.clicks.stream import (  # noqa: E402
+    ClickLogStream,
+    equal_batches,
+    shard_row_groups,
+)
 
 
 def raw_features(rows):
@@ -100,3 +104,26 @@ def test_a_log_of_other_features_is_refused_when_opened(tmp_path):
     synthetic_log(path, groups=2)
     with pytest.raises(ClickLogError, match="features holds 3 values per row, the run's data 4"):
         ParquetClickLog(path, n_features=4)  # the run has 4 features, the log 3
+
+
+def test_ranks_of_unequal_row_groups_step_equally_often(tmp_path):
+    """Over 2 ranks x 2 workers, 5 row groups give rank 0 three of them: without quotas it
+    fills more batches than rank 1; with equal_batches' quotas each rank serves as many as
+    the other, every session at most once."""
+    path = tmp_path / "log.parquet"
+    synthetic_log(path, groups=5)  # 25 sessions, 5 per row group
+    log = ParquetClickLog(path)
+    assert log.sessions_per_group().tolist() == [5] * 5
+    quotas = equal_batches(log.sessions_per_group(), 2, world_size=2, workers=2)
+
+    def batches(rank, quotas):
+        stream = ClickLogStream(
+            log, raw_features, 2, rank=rank, world_size=2, batches_per_worker=quotas
+        )
+        return list(DataLoader(stream, batch_size=None, num_workers=2))
+
+    assert [len(batches(rank, None)) for rank in range(2)] == [8, 6]
+    equal = [batches(rank, quotas) for rank in range(2)]
+    assert [len(b) for b in equal] == [6, 6] == [quotas.sum()] * 2
+    served = served_sessions(equal[0]) + served_sessions(equal[1])
+    assert len(served) == len(set(served)) == 21  # 4 sessions of rank 0 left out this epoch
