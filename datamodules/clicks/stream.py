@@ -63,21 +63,14 @@ def shard_row_groups(
     return list(range(rank * workers + worker, row_groups, readers))
 
 
-def _shard_batches(sessions_per_group, batch_size: int, world_size: int, workers: int):
-    """int64 [world_size, workers]: the batches each (rank, worker) fills from its row groups."""
-    groups = len(sessions_per_group)
+def _shard_sessions(sessions_per_group, world_size: int, workers: int) -> np.ndarray:
+    """int64 [world_size, workers]: the sessions each (rank, worker) reads."""
+    counts = np.asarray(sessions_per_group, dtype=np.int64)
+    groups = len(counts)
     return np.array(
         [
             [
-                -(
-                    -int(
-                        sum(
-                            sessions_per_group[g]
-                            for g in shard_row_groups(groups, r, world_size, w, workers)
-                        )
-                    )
-                    // batch_size
-                )
+                counts[shard_row_groups(groups, r, world_size, w, workers)].sum()
                 for w in range(workers)
             ]
             for r in range(world_size)
@@ -94,7 +87,8 @@ def equal_batches(sessions_per_group, batch_size: int, world_size: int, workers:
         >>> equal_batches([10, 3, 4], batch_size=4, world_size=2, workers=1).tolist()
         [1]
     """
-    return _shard_batches(sessions_per_group, batch_size, world_size, workers).min(axis=0)
+    batches = -(-_shard_sessions(sessions_per_group, world_size, workers) // batch_size)
+    return batches.min(axis=0)
 
 
 class ClickLogStream(IterableDataset):
@@ -302,18 +296,21 @@ class StreamingClickDataModule(pl.LightningDataModule):
         workers = max(1, self.data.num_workers)
         sessions = self.log.sessions_per_group()
         quotas = equal_batches(sessions, batch_size, world_size, workers)
-        filled = _shard_batches(sessions, batch_size, world_size, workers)[rank]
-        if (filled > quotas).any():
+        read = _shard_sessions(sessions, world_size, workers)[rank]
+        served = np.minimum(read, quotas * batch_size)
+        if (served < read).any():
             log.warning(
-                "%s: rank %d fills %d batches per epoch, the rank with the fewest %d: it serves "
-                "%d and leaves about %d sessions out each epoch (others each epoch) so that every "
-                "rank steps equally often; write row groups of equal session counts to serve all",
+                "%s: rank %d reads %d sessions per epoch in %d batches, the rank with the fewest "
+                "fills %d: it serves %d batches and leaves %d sessions out each epoch (others "
+                "each epoch) so that every rank steps equally often; write row groups of equal "
+                "session counts to serve all",
                 self.log.path,
                 rank,
-                int(filled.sum()),
+                int(read.sum()),
+                int((-(-read // batch_size)).sum()),
                 int(quotas.sum()),
                 int(quotas.sum()),
-                int((filled - quotas).sum()) * batch_size,
+                int((read - served).sum()),
             )
         return quotas
 

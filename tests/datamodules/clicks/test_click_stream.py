@@ -3,6 +3,9 @@ data-loader workers, in click batches of the contract's shape, one row group hel
 
 from __future__ import annotations
 
+import logging
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -14,6 +17,7 @@ from differank.datamodules.clicks.click_log import ClickLogError  # noqa: E402
 from differank.datamodules.clicks.parquet_log import ClickLogWriter, ParquetClickLog  # noqa: E402
 from differank.datamodules.clicks.stream import (  # noqa: E402
     ClickLogStream,
+    StreamingClickDataModule,
     equal_batches,
     shard_row_groups,
 )
@@ -127,3 +131,17 @@ def test_ranks_of_unequal_row_groups_step_equally_often(tmp_path):
     assert [len(b) for b in equal] == [6, 6] == [quotas.sum()] * 2
     served = served_sessions(equal[0]) + served_sessions(equal[1])
     assert len(served) == len(set(served)) == 21  # 4 sessions of rank 0 left out this epoch
+
+
+def test_the_data_module_says_how_many_sessions_a_rank_leaves_out(tmp_path, caplog):
+    log = synthetic_log(tmp_path / "log.parquet", groups=5)
+    data = SimpleNamespace(num_workers=0)  # one worker per rank; only its count is read
+    module = StreamingClickDataModule(data, log)  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING):
+        quotas = module._equal_batches(batch_size=2, world_size=2, rank=0)
+    assert quotas.tolist() == [5]  # rank 0: 15 sessions, 8 batches; rank 1: 10 sessions, 5
+    said = (
+        "rank 0 reads 15 sessions per epoch in 8 batches, the rank with the fewest fills 5: it "
+        "serves 5 batches and leaves 5 sessions out"
+    )
+    assert said in caplog.text
