@@ -41,6 +41,7 @@ import hashlib
 import numbers
 import warnings
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytorch_lightning as pl
@@ -54,6 +55,9 @@ from differank.datamodules.letor import LetorDataModule
 from differank.datamodules.normalization import apply_zscore
 from differank.datamodules.query_batches import ShardedQueryBatchSampler
 from differank.datamodules.split_tensors import SplitTensors
+
+if TYPE_CHECKING:
+    from differank.datamodules.clicks.parquet_log import ParquetClickLog
 
 
 def session_seed(seed: int, epoch: int, batch_index: int) -> int:
@@ -309,7 +313,7 @@ def training_identity(data) -> dict[str, str]:
     return identity
 
 
-def check_same_data(log: ClickLog, data) -> None:
+def check_same_data(log: ClickLog | ParquetClickLog, data) -> None:
     """Refuse ``log`` on ``data`` when a fingerprint it records (:func:`training_identity`)
     differs from the data's: its ``doc_row`` values would index other documents. A log without
     fingerprints (a real log) is not checked."""
@@ -348,12 +352,19 @@ def _log_features(data, log: ClickLog) -> np.ndarray:
             f"{log.source}: features has {log.features.shape[1]} columns, the data "
             f"{n_features}: a log's features must be the run's features, in order"
         )
+    return run_features(data, log.features, log.source)
+
+
+def run_features(data, raw: np.ndarray, source: str = "the click log") -> np.ndarray:
+    """float32 [n, F]: a log's raw features as ``data`` normalises its own (its feature
+    transform, then its z-score); per-query normalisation is refused (a log's rows are not
+    the data's queries)."""
     if getattr(data, "normalization", "none") == "query_minmax":
         raise ClickLogError(
-            f"{log.source}: a features log cannot be normalised per query "
+            f"{source}: a features log cannot be normalised per query "
             "(data.normalization=query_minmax); use zscore or none, or a doc_row log"
         )
-    features = log.features.copy()
+    features = raw.copy()
     transform = data.feature_transform
     if transform is not None:
         features = transform(torch.from_numpy(features)).numpy().astype(np.float32)

@@ -21,20 +21,29 @@ from omegaconf import DictConfig
 from differank.datamodules.clicks.click_log import ClickLog, read_click_log
 from differank.datamodules.clicks.datamodule import ClickDataModule, training_identity
 from differank.datamodules.clicks.held_out import HeldOutSessions
+from differank.datamodules.clicks.parquet_log import (
+    FeatureTable,
+    ParquetClickLog,
+    write_click_log_parquet,
+)
+from differank.datamodules.clicks.stream import StreamingClickDataModule
 from differank.rankers.run.click_selection import click_selection
 from differank.rankers.run.production import shown_lists
 
 log = logging.getLogger(__name__)
 MODES = ("online", "offline")
+LOG_FORMATS = ("npz", "parquet")  # clicks.format (reading) and clicks.output_format (simulate)
 
 
 def click_datamodule(cfg: DictConfig, datamodule):
     """``datamodule`` itself for ``clicks=none``; else a
     :class:`~differank.datamodules.clicks.datamodule.ClickDataModule` around it: offline, the
-    log at ``clicks.log``; online, ``clicks.model`` simulating on the production ranker's top
-    ``clicks.top_k`` of every training query; under ``ultr.select=clicks`` its validation
-    batches are ``ultr.select_sessions`` held-out sessions of the same users on the production
-    ranker's top ``clicks.top_k`` of every validation query (drawn here, once)."""
+    log at ``clicks.log`` (``clicks.format=parquet``: streamed, a
+    :class:`~differank.datamodules.clicks.stream.StreamingClickDataModule`); online,
+    ``clicks.model`` simulating on the production ranker's top ``clicks.top_k`` of every
+    training query; under ``ultr.select=clicks`` its validation batches are
+    ``ultr.select_sessions`` held-out sessions of the same users on the production ranker's top
+    ``clicks.top_k`` of every validation query (drawn here, once)."""
     clicks = cfg.get("clicks")
     if clicks is None or clicks.get("mode") is None:
         return datamodule
@@ -46,6 +55,11 @@ def click_datamodule(cfg: DictConfig, datamodule):
                 "clicks.mode=offline trains on a click log: set clicks.log=PATH (write one with "
                 "task=simulate, docs/clicks.md#the-click-log-format)"
             )
+        log_format = clicks.get("format", "npz")
+        if log_format not in LOG_FORMATS:
+            raise ValueError(f"clicks.format must be one of {LOG_FORMATS}, got {log_format!r}")
+        if log_format == "parquet":
+            return _streamed(clicks, datamodule, int(cfg.seed))
         logged = read_click_log(clicks.log)
         log.info("training on the click log %s (%d sessions)", clicks.log, len(logged.offsets) - 1)
         return ClickDataModule.logged(datamodule, logged, seed=cfg.seed)
@@ -72,10 +86,26 @@ def click_datamodule(cfg: DictConfig, datamodule):
     return ClickDataModule.simulated(datamodule, shown, model, seed=cfg.seed, held_out=held_out)
 
 
+def _streamed(clicks: DictConfig, datamodule, seed: int) -> StreamingClickDataModule:
+    """``clicks=parquet_log``: the Parquet log at ``clicks.log`` streamed (and, for a
+    ``doc_key`` log, its feature table at ``clicks.feature_table``)."""
+    parquet_log = ParquetClickLog(clicks.log)
+    table_path = clicks.get("feature_table")
+    table = FeatureTable.read(table_path, parquet_log.n_features) if table_path else None
+    log.info(
+        "streaming the Parquet click log %s (%d rows in %d row groups)",
+        clicks.log,
+        parquet_log.rows,
+        parquet_log.row_groups,
+    )
+    return StreamingClickDataModule(datamodule, parquet_log, feature_table=table, seed=seed)
+
+
 def simulate(cfg: DictConfig, run_dir: Path) -> Path:
     """``task=simulate``: ``clicks.sessions_per_query`` epochs of the online simulation (the
     sessions ``task=fit`` would draw on the CPU, in its order) written as a click log at
-    ``clicks.log`` (default ``RUN/clicks.npz``), atomically; session ``p·Q + i`` is query
+    ``clicks.log`` (default ``RUN/clicks.npz``, or ``RUN/clicks.parquet`` with
+    ``clicks.output_format=parquet``), atomically; session ``p·Q + i`` is query
     ``i``'s in epoch ``p``, so a one-session log trains like the online run's first epoch. An
     existing file there is refused unless ``clicks.overwrite=true``."""
     clicks = cfg.get("clicks")
@@ -87,7 +117,12 @@ def simulate(cfg: DictConfig, run_dir: Path) -> Path:
     passes = int(clicks.get("sessions_per_query", 1))
     if passes < 1:
         raise ValueError(f"clicks.sessions_per_query must be >= 1, got {passes}")
-    path = Path(clicks.log) if clicks.get("log") else run_dir / "clicks.npz"
+    output_format = clicks.get("output_format", "npz")
+    if output_format not in LOG_FORMATS:
+        raise ValueError(
+            f"clicks.output_format must be one of {LOG_FORMATS}, got {output_format!r}"
+        )
+    path = Path(clicks.log) if clicks.get("log") else run_dir / f"clicks.{output_format}"
     overwrite = bool(clicks.get("overwrite", False))
     if os.path.lexists(path) and not overwrite:  # before minutes of simulation
         raise FileExistsError(
@@ -123,7 +158,11 @@ def simulate(cfg: DictConfig, run_dir: Path) -> Path:
         train_qids_sha256=identity["train_qids_sha256"],
         train_files_sha256=identity.get("train_files_sha256"),
     )
-    written.write(path, overwrite=overwrite)  # and checked again as it is put in place
+    # checked again as the file is put in place
+    if output_format == "parquet":
+        write_click_log_parquet(written, path, overwrite=overwrite)
+    else:
+        written.write(path, overwrite=overwrite)
     clicked = int(written.click.sum())
     log.info(
         "click log: %d sessions, %d shown documents, %d clicks -> %s",
