@@ -61,6 +61,8 @@ def quiet_third_party() -> None:
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     for name in ("torch.onnx", "onnxscript", "onnx_ir"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # task=tune: Optuna's storage imports alembic, whose plugins log "setup plugin ..." at INFO
+    logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 def run_task(

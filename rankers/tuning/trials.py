@@ -16,7 +16,9 @@ import math
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -33,9 +35,28 @@ log = logging.getLogger(__name__)
 def training_run(overrides: list[str], run_dir: Path) -> dict[str, float]:
     """One training run (:func:`differank.run`: what ``differank OVERRIDES`` does) as a row:
     its test metrics and, under the name of ``monitor`` (``val/map``), the validation value its
-    epoch was chosen on."""
-    result = run(overrides, output_dir=run_dir)
+    epoch was chosen on. Its lines go to its own ``train.log``; the terminal shows only its
+    warnings (a search prints its trials' validation figures, never their test tables)."""
+    with _terminal_warnings_only():
+        result = run(overrides, output_dir=run_dir)
     return {result.monitor: result.best_validation, **result.test_metrics}
+
+
+def _warning_or_worse(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.WARNING
+
+
+@contextmanager
+def _terminal_warnings_only() -> Iterator[None]:
+    """The root logger's terminal handlers (not its files) pass only warnings and errors."""
+    terminals = [h for h in logging.getLogger().handlers if not isinstance(h, logging.FileHandler)]
+    for handler in terminals:
+        handler.addFilter(_warning_or_worse)
+    try:
+        yield
+    finally:
+        for handler in terminals:
+            handler.removeFilter(_warning_or_worse)
 
 
 @dataclass(frozen=True)
