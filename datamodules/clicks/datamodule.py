@@ -44,13 +44,13 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
 from differank.datamodules.clicks.base import ClickModel
 from differank.datamodules.clicks.click_log import IDENTITY, ClickLog, ClickLogError
 from differank.datamodules.clicks.held_out import HeldOutSessions
+from differank.datamodules.clicks.wrapping import WrappingDataModule
 from differank.datamodules.letor import LetorDataModule
 from differank.datamodules.normalization import apply_zscore
 from differank.datamodules.query_batches import ShardedQueryBatchSampler
@@ -93,7 +93,7 @@ def _hashed_seed(*keys: int) -> int:
     return int(state[0]) << 31 | int(state[1]) >> 1  # 62 bits: manual_seed takes a signed int64
 
 
-class ClickDataModule(pl.LightningDataModule):
+class ClickDataModule(WrappingDataModule):
     """A LETOR data module trained on clicks (the module docstring). Build it with
     :meth:`simulated` or :meth:`logged`; ``held_out``: the validation click sessions served in
     place of the validation split (``ultr.select=clicks``), or None."""
@@ -168,42 +168,10 @@ class ClickDataModule(pl.LightningDataModule):
 
     # ---- the wrapped data module -------------------------------------------------------------
 
-    def __getattr__(self, name: str):
-        """Everything not defined here (``n_features``, ``split_data``, ``feature_mean``, ...)
-        is the wrapped data module's."""
-        if name == "data":  # not set yet (unpickling): no recursion
-            raise AttributeError(name)
-        return getattr(self.data, name)
-
-    def _wrapped(self) -> LetorDataModule:
-        self.data.trainer = self.trainer  # the loaders read the device and the DDP rank from it
-        return self.data
-
-    def prepare_data(self) -> None:
-        self._wrapped().prepare_data()
-
-    def setup(self, stage: str) -> None:
-        self._wrapped().setup(stage)
-
-    def train_dataloader(self):
-        return self._wrapped().train_dataloader()
-
     def val_dataloader(self):
         if self.held_out is None:
             return self._wrapped().val_dataloader()
         return self._held_out_loader(self.held_out)
-
-    def test_dataloader(self):
-        return self._wrapped().test_dataloader()
-
-    def predict_dataloader(self):
-        return self._wrapped().predict_dataloader()
-
-    def full_batch(self, split: str):
-        raise ValueError(
-            "full-batch solvers (model=domination_cd, model=hinge_cutting_plane) do not train "
-            "on clicks: use a gradient-trained model (model=linear, mlp, transformer)"
-        )
 
     def _held_out_loader(self, sessions: HeldOutSessions) -> DataLoader:
         """The validation click batches, in the wrapped module's evaluation batch size, each

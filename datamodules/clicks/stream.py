@@ -37,13 +37,13 @@ import logging
 from collections.abc import Callable, Iterator
 
 import numpy as np
-import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from differank.datamodules.clicks.click_log import ClickLogError
 from differank.datamodules.clicks.datamodule import check_same_data, run_features
 from differank.datamodules.clicks.parquet_log import FeatureTable, LoggedRows, ParquetClickLog
+from differank.datamodules.clicks.wrapping import WrappingDataModule
 from differank.datamodules.letor import LetorDataModule
 
 log = logging.getLogger(__name__)
@@ -217,7 +217,7 @@ class _TrainingRows:
         return np.ascontiguousarray(self.split_features[rows.doc_row])
 
 
-class StreamingClickDataModule(pl.LightningDataModule):
+class StreamingClickDataModule(WrappingDataModule):
     """A LETOR data module trained on a streamed Parquet click log (module docstring): its
     training loader is the log's; everything else is the wrapped module's."""
 
@@ -237,23 +237,6 @@ class StreamingClickDataModule(pl.LightningDataModule):
             )
         self.data, self.log, self.feature_table, self.seed = data, log, feature_table, int(seed)
         self._stream: ClickLogStream | None = None
-
-    def __getattr__(self, name: str):
-        """Everything not defined here (``n_features``, ``split_data``, ...) is the wrapped
-        data module's."""
-        if name == "data":  # not set yet (unpickling): no recursion
-            raise AttributeError(name)
-        return getattr(self.data, name)
-
-    def _wrapped(self) -> LetorDataModule:
-        self.data.trainer = self.trainer  # the loaders read the device and the DDP rank from it
-        return self.data
-
-    def prepare_data(self) -> None:
-        self._wrapped().prepare_data()
-
-    def setup(self, stage: str) -> None:
-        self._wrapped().setup(stage)
 
     def _features(self) -> Callable[[LoggedRows], np.ndarray]:
         data = self._wrapped()
@@ -321,19 +304,4 @@ class StreamingClickDataModule(pl.LightningDataModule):
             batch_size=None,  # the stream yields whole batches
             num_workers=workers,
             persistent_workers=workers > 0,
-        )
-
-    def val_dataloader(self):
-        return self._wrapped().val_dataloader()
-
-    def test_dataloader(self):
-        return self._wrapped().test_dataloader()
-
-    def predict_dataloader(self):
-        return self._wrapped().predict_dataloader()
-
-    def full_batch(self, split: str):
-        raise ValueError(
-            "full-batch solvers (model=domination_cd, model=hinge_cutting_plane) do not train "
-            "on clicks: use a gradient-trained model (model=linear, mlp, transformer)"
         )
