@@ -1,8 +1,9 @@
 """Distilled students against their teacher and against the same student trained on labels alone.
 
     LETOR_DIR=/work/wt/shared/data python benchmarks/distill_results.py \\
-        --datasets mq2008 lightgbm_rank --students mlp linear --teachers lightgbm ensemble \\
-        --seeds 0 1 2 --folds 1 2 3 4 5 --out benchmarks/results/distill.md
+        --datasets mq2008 lightgbm_rank --students mlp linear lightgbm xgboost \\
+        --teachers lightgbm ensemble --seeds 0 1 2 --folds 1 2 3 4 5 \\
+        --out benchmarks/results/distill.md
     python benchmarks/distill_results.py --tiny        # smoke run on synthetic data (seconds)
 
 Per dataset and fold:
@@ -13,11 +14,20 @@ Per dataset and fold:
    of the label-only students of this benchmark's first seed (step 2): of {MLP, linear, both},
    the one whose per-query standardised mean has the best validation MAP, written as an
    ``ensemble.json`` (``teacher=ensemble``). One teacher per fold for every student seed.
-2. **Label-only students**: ``model=M loss=listnet``, one run per seed.
+2. **Label-only students**: ``model=M loss=listnet``, one run per seed. A tree student
+   (``lightgbm``, ``xgboost``) on labels alone is the same student with ``student.alpha=1``
+   (the label loss's weight: the teacher's term has weight 0, so any teacher gives the same
+   trees; the fold's first teacher is named because a tree student reads one).
 3. **Distilled students**: ``model=M loss=distill`` (listwise KD mixed with ListNet on the labels,
-   weight α), the teacher's file as ``teacher.path``. (α, temperature) is chosen from the grid
-   by the mean validation MAP over the folds of the first seed (never test); every seed then
-   runs with the chosen setting.
+   weight α), the teacher's file as ``teacher.path``; a tree student is
+   ``experiment=distill/tree_student student=L`` with ``student.alpha`` and
+   ``student.temperature`` (the same objective, docs/objectives/distill.md#tree-students).
+   (α, temperature) is chosen from the grid by the mean validation MAP over the folds of the
+   first seed (never test); every seed then runs with the chosen setting.
+
+A tree student runs the first seed only: with conf/student/'s settings (no bagging, no feature
+or row sampling) a booster has no randomness and gives the same trees for every seed, so more
+seeds would repeat identical runs; the table says so in its ``seeds`` column.
 
 Rows: test MAP and NDCG@10, mean ± std over the (fold, seed) runs, and 95% paired bootstrap
 intervals (:func:`differank.rankers.metrics.significance.paired_bootstrap`, per-query AP
@@ -51,6 +61,9 @@ from differank.rankers.run.runs import compose_config
 
 ROOT = Path(__file__).resolve().parents[1]
 LABEL_LOSS = "{_target_:differank.losses.listnet.ListNetLoss,reduction:none}"
+TREE_STUDENTS = ("lightgbm", "xgboost")  # student=..., experiment=distill/tree_student
+NEURAL_STUDENTS = ("mlp", "linear")
+STUDENT_NAMES = {"mlp": "MLP", "linear": "linear", "lightgbm": "LightGBM", "xgboost": "XGBoost"}
 DATASETS = {"mq2008": ("data=mq2008",), "lightgbm_rank": ("data=lightgbm_rank",)}
 TINY_DATA = tuple(o for o in TINY_OVERRIDES if o.startswith("data"))
 
@@ -165,6 +178,15 @@ def teacher_class(kind: str):
 
 
 def distill_overrides(student: str, kind: str, path: Path, alpha: float, tau: float) -> list[str]:
+    teacher = [f"teacher={kind}", f"teacher.path={path}"]
+    if student in TREE_STUDENTS:
+        return [
+            "experiment=distill/tree_student",
+            f"student={student}",
+            f"student.alpha={alpha}",
+            f"student.temperature={tau}",
+            *teacher,
+        ]
     return [
         f"model={student}",
         "loss=distill",
@@ -172,18 +194,38 @@ def distill_overrides(student: str, kind: str, path: Path, alpha: float, tau: fl
         f"loss.alpha={alpha}",
         f"loss.temperature={tau}",
         f"loss.label_loss={LABEL_LOSS}",
-        f"teacher={kind}",
-        f"teacher.path={path}",
+        *teacher,
     ]
+
+
+def student_seeds(plan: Plan, student: str) -> list[int]:
+    """A booster without randomness gives the same trees for every seed: it runs the first."""
+    return plan.seeds[:1] if student in TREE_STUDENTS else plan.seeds
+
+
+def tree_label_runs(plan: Plan, dataset: str, student: str, kind: str, teachers: dict) -> dict:
+    """Per fold, the tree student on labels alone (``student.alpha=1``: the teacher's weight is
+    0). Its folder names no teacher: any teacher gives the same trees, so it runs once."""
+    label_runs = {}
+    for fold, path in teachers.items():
+        seed = plan.seeds[0]
+        overrides = [
+            *data_overrides(plan, dataset, fold),
+            f"seed={seed}",
+            *distill_overrides(student, kind, path, 1.0, 1.0),
+        ]
+        run_dir = plan.runs / dataset / f"fold{fold}" / f"{student}_labels_seed{seed}"
+        label_runs[fold] = [{**train(overrides, run_dir, plan.tiny), "seed": seed}]
+    return label_runs
 
 
 def run_dataset(plan: Plan, dataset: str) -> list[dict]:
     """Every row of ``dataset``: per student and teacher, the teacher, label-only and distilled."""
     base = plan.runs / dataset
     folds = [1] if plan.tiny else plan.folds
-    label_runs = {s: {f: [] for f in folds} for s in ("mlp", "linear")}
+    label_runs = {s: {f: [] for f in folds} for s in NEURAL_STUDENTS}
     needs_both = "ensemble" in plan.teachers
-    for student in ("mlp", "linear"):
+    for student in NEURAL_STUDENTS:
         if student not in plan.students and not needs_both:
             continue
         seeds = plan.seeds if student in plan.students else plan.seeds[:1]  # members only
@@ -201,12 +243,14 @@ def run_dataset(plan: Plan, dataset: str) -> list[dict]:
             if kind == "lightgbm":
                 teachers[fold] = lightgbm_teacher(plan, data, folder)
             else:
-                by_student = {s: label_runs[s][fold] for s in ("mlp", "linear")}
+                by_student = {s: label_runs[s][fold] for s in NEURAL_STUDENTS}
                 teachers[fold] = ensemble_teacher(by_student, plan.seeds[0], data, folder)
             test_splits[fold] = data.split_data("test")
             scores = teacher_class(kind)(teachers[fold]).score(test_splits[fold])
             teacher_ap[fold] = per_query_ap(scores, test_splits[fold])
         for student in plan.students:
+            if student in TREE_STUDENTS and student not in label_runs:
+                label_runs[student] = tree_label_runs(plan, dataset, student, kind, teachers)
             rows.append(
                 student_rows(
                     plan,
@@ -241,7 +285,8 @@ def student_rows(plan, dataset, student, kind, teachers, teacher_ap, test_splits
 
     grid = {(a, t): distilled(a, t, plan.seeds[0]) for a in plan.alphas for t in plan.temperatures}
     chosen = max(grid, key=lambda key: statistics.fmean(r["val_map"] for r in grid[key]))
-    runs = [run for seed in plan.seeds for run in distilled(*chosen, seed)]
+    seeds = student_seeds(plan, student)
+    runs = [run for seed in seeds for run in distilled(*chosen, seed)]
     labels = [{**run, "fold": fold} for fold in folds for run in label_runs[fold]]
 
     def ap(group: list[dict]) -> dict[tuple[int, int], float]:
@@ -264,6 +309,7 @@ def student_rows(plan, dataset, student, kind, teachers, teacher_ap, test_splits
         "dataset": dataset,
         "student": student,
         "teacher": kind,
+        "seeds": seeds,
         "chosen": {"alpha": chosen[0], "temperature": chosen[1]},
         "grid_val_map": {
             f"a={a:g},t={t:g}": statistics.fmean(r["val_map"] for r in grid[(a, t)])
@@ -300,21 +346,27 @@ def table(plan: Plan, rows: list[dict], command: str, reduced: str) -> str:
         f"Seeds {plan.seeds}, folds {plan.folds}; (α, τ) grid α ∈ {plan.alphas}, "
         f"τ ∈ {plan.temperatures}, chosen on mean validation MAP of seed {plan.seeds[0]}. "
         "Distilled = listwise KD mixed with ListNet on the labels (weight α); label-only = "
-        "the same student with loss=listnet. Intervals: 95% paired bootstrap of per-query AP "
-        "(mean over seeds), distilled minus the other row.",
+        "the same student with loss=listnet (a tree student: student.alpha=1, the teacher's "
+        "weight 0). Intervals: 95% paired bootstrap of per-query AP (mean over seeds), "
+        "distilled minus the other row. Tree students (lightgbm, xgboost: "
+        "experiment=distill/tree_student, the same objective as the neural students' as the "
+        "booster's custom objective) run one seed: with conf/student/'s settings (no bagging, "
+        "no row or feature sampling) a booster has no randomness and gives the same trees for "
+        "every seed; their ± is over folds only.",
         "",
     ]
     if reduced:
         lines += [f"Reduced: {reduced}", ""]
     lines += [
-        "| data | student | teacher | chosen (α, τ) | teacher MAP | label-only MAP | "
+        "| data | student | seeds | teacher | chosen (α, τ) | teacher MAP | label-only MAP | "
         "distilled MAP | distilled NDCG@10 | distilled − teacher (AP) | distilled − label-only "
         "(AP) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         lines.append(
-            f"| {row['dataset']} | {row['student']} | {row['teacher']} | "
+            f"| {row['dataset']} | {row['student']} | "
+            f"{' '.join(str(seed) for seed in row['seeds'])} | {row['teacher']} | "
             f"({row['chosen']['alpha']:g}, {row['chosen']['temperature']:g}) | "
             f"{row['teacher_map']:.4f} | {row['labels']['map']} | {row['distilled']['map']} | "
             f"{row['distilled']['ndcg@10']} | {interval(row['vs_teacher'])} | "
@@ -326,7 +378,7 @@ def table(plan: Plan, rows: list[dict], command: str, reduced: str) -> str:
         lines.append(f"- {row['dataset']} {row['student']} from {row['teacher']}: {grid}")
     lines += ["", "Against the teacher on MQ2008 (the issue's criterion):", ""]
     for row in rows:
-        if row["dataset"] != "mq2008" or row["student"] != "mlp":
+        if row["dataset"] != "mq2008" or row["student"] == "linear":
             continue
         result = row["vs_teacher"]
         if result.low <= 0 <= result.high:
@@ -334,7 +386,7 @@ def table(plan: Plan, rows: list[dict], command: str, reduced: str) -> str:
         else:
             gap = result.high if result.high < 0 else result.low
             verdict = f"not within: the interval misses 0 by {abs(gap):.4f} AP"
-        lines.append(f"- MLP from {row['teacher']}: {verdict}.")
+        lines.append(f"- {STUDENT_NAMES[row['student']]} from {row['teacher']}: {verdict}.")
     return "\n".join(lines) + "\n"
 
 
@@ -344,7 +396,10 @@ def main() -> None:
     )
     parser.add_argument("--datasets", nargs="+", default=["mq2008", "lightgbm_rank"])
     parser.add_argument(
-        "--students", nargs="+", default=["mlp", "linear"], choices=["mlp", "linear"]
+        "--students",
+        nargs="+",
+        default=[*NEURAL_STUDENTS, *TREE_STUDENTS],
+        choices=[*NEURAL_STUDENTS, *TREE_STUDENTS],
     )
     parser.add_argument(
         "--teachers", nargs="+", default=["lightgbm", "ensemble"], choices=["lightgbm", "ensemble"]
