@@ -118,13 +118,16 @@ def test_scores(run: dict) -> np.ndarray:
     return np.loadtxt(Path(run["run_dir"]) / "predictions" / "test.txt", ndmin=1)
 
 
-def per_query_ap(scores: np.ndarray, split) -> dict[int, float]:
+INTERVAL_METRICS = {"map": "AP", "ndcg@10": "NDCG@10"}  # per-query metric -> its column's name
+
+
+def per_query(scores: np.ndarray, split, metric: str = "map") -> dict[int, float]:
     qids, metrics = per_query_values(torch.as_tensor(scores), split.labels, split.qids)
-    return dict(zip(qids, metrics["map"].tolist(), strict=True))
+    return dict(zip(qids, metrics[metric].tolist(), strict=True))
 
 
 def val_map(scores: np.ndarray, split) -> float:
-    return statistics.fmean(per_query_ap(scores, split).values())
+    return statistics.fmean(per_query(scores, split).values())
 
 
 def lightgbm_teacher(plan: Plan, data, folder: Path) -> Path:
@@ -236,7 +239,7 @@ def run_dataset(plan: Plan, dataset: str) -> list[dict]:
             label_runs[student][fold].append({**run, "seed": seed})
     rows = []
     for kind in plan.teachers:
-        teachers, teacher_ap, test_splits = {}, {}, {}
+        teachers, teacher_values, test_splits = {}, {}, {}
         for fold in folds:
             folder = base / f"fold{fold}"
             data = raw_data(data_overrides(plan, dataset, fold), folder)
@@ -247,7 +250,9 @@ def run_dataset(plan: Plan, dataset: str) -> list[dict]:
                 teachers[fold] = ensemble_teacher(by_student, plan.seeds[0], data, folder)
             test_splits[fold] = data.split_data("test")
             scores = teacher_class(kind)(teachers[fold]).score(test_splits[fold])
-            teacher_ap[fold] = per_query_ap(scores, test_splits[fold])
+            teacher_values[fold] = {
+                metric: per_query(scores, test_splits[fold], metric) for metric in INTERVAL_METRICS
+            }
         for student in plan.students:
             if student in TREE_STUDENTS and student not in label_runs:
                 label_runs[student] = tree_label_runs(plan, dataset, student, kind, teachers)
@@ -258,7 +263,7 @@ def run_dataset(plan: Plan, dataset: str) -> list[dict]:
                     student,
                     kind,
                     teachers,
-                    teacher_ap,
+                    teacher_values,
                     test_splits,
                     label_runs[student],
                 )  # fmt: skip
@@ -266,7 +271,7 @@ def run_dataset(plan: Plan, dataset: str) -> list[dict]:
     return rows
 
 
-def student_rows(plan, dataset, student, kind, teachers, teacher_ap, test_splits, label_runs):
+def student_rows(plan, dataset, student, kind, teachers, teacher_values, test_splits, label_runs):
     base = plan.runs / dataset
     folds = sorted(teachers)
 
@@ -289,22 +294,30 @@ def student_rows(plan, dataset, student, kind, teachers, teacher_ap, test_splits
     runs = [run for seed in seeds for run in distilled(*chosen, seed)]
     labels = [{**run, "fold": fold} for fold in folds for run in label_runs[fold]]
 
-    def ap(group: list[dict]) -> dict[tuple[int, int], float]:
+    def per_query_mean(group: list[dict], metric: str) -> dict[tuple[int, int], float]:
         values: dict[tuple[int, int], list[float]] = {}
         for run in group:
-            for qid, value in per_query_ap(test_scores(run), test_splits[run["fold"]]).items():
+            split = test_splits[run["fold"]]
+            for qid, value in per_query(test_scores(run), split, metric).items():
                 values.setdefault((run["fold"], qid), []).append(value)
         return {key: statistics.fmean(v) for key, v in values.items()}
 
-    ours, theirs = ap(runs), ap(labels)
-    teacher = {(fold, qid): v for fold in folds for qid, v in teacher_ap[fold].items()}
-    pairs = sorted(ours)
-    vs_teacher = paired_bootstrap(
-        torch.tensor([ours[p] for p in pairs]), torch.tensor([teacher[p] for p in pairs])
-    )
-    vs_labels = paired_bootstrap(
-        torch.tensor([ours[p] for p in pairs]), torch.tensor([theirs[p] for p in pairs])
-    )
+    vs_teacher, vs_labels, teacher_map = {}, {}, 0.0
+    for metric in INTERVAL_METRICS:
+        ours, theirs = per_query_mean(runs, metric), per_query_mean(labels, metric)
+        teacher = {
+            (fold, qid): v for fold in folds for qid, v in teacher_values[fold][metric].items()
+        }
+        pairs = sorted(ours)
+        distilled_values = torch.tensor([ours[p] for p in pairs])
+        vs_teacher[metric] = paired_bootstrap(
+            distilled_values, torch.tensor([teacher[p] for p in pairs])
+        )
+        vs_labels[metric] = paired_bootstrap(
+            distilled_values, torch.tensor([theirs[p] for p in pairs])
+        )
+        if metric == "map":
+            teacher_map = statistics.fmean(teacher.values())
     return {
         "dataset": dataset,
         "student": student,
@@ -315,7 +328,7 @@ def student_rows(plan, dataset, student, kind, teachers, teacher_ap, test_splits
             f"a={a:g},t={t:g}": statistics.fmean(r["val_map"] for r in grid[(a, t)])
             for a, t in grid
         },
-        "teacher_map": statistics.fmean(teacher.values()),
+        "teacher_map": teacher_map,
         "distilled": summary(runs),
         "labels": summary(labels),
         "vs_teacher": vs_teacher,
@@ -333,6 +346,9 @@ def summary(runs: list[dict]) -> dict:
     return {"map": mean_std("map"), "ndcg@10": mean_std("ndcg@10"), "runs": len(runs)}
 
 
+SIDES = ("vs_teacher", "vs_labels")  # the table's interval columns: against whom
+
+
 def interval(result) -> str:
     return f"{result.mean:+.4f} [{result.low:+.4f}, {result.high:+.4f}] {result.verdict}"
 
@@ -347,7 +363,7 @@ def table(plan: Plan, rows: list[dict], command: str, reduced: str) -> str:
         f"τ ∈ {plan.temperatures}, chosen on mean validation MAP of seed {plan.seeds[0]}. "
         "Distilled = listwise KD mixed with ListNet on the labels (weight α); label-only = "
         "the same student with loss=listnet (a tree student: student.alpha=1, the teacher's "
-        "weight 0). Intervals: 95% paired bootstrap of per-query AP (mean over seeds), "
+        "weight 0). Intervals: 95% paired bootstrap of per-query AP and NDCG@10 (mean over seeds), "
         "distilled minus the other row. Tree students (lightgbm, xgboost: "
         "experiment=distill/tree_student, the same objective as the neural students' as the "
         "booster's custom objective) run one seed: with conf/student/'s settings (no bagging, "
@@ -359,9 +375,9 @@ def table(plan: Plan, rows: list[dict], command: str, reduced: str) -> str:
         lines += [f"Reduced: {reduced}", ""]
     lines += [
         "| data | student | seeds | teacher | chosen (α, τ) | teacher MAP | label-only MAP | "
-        "distilled MAP | distilled NDCG@10 | distilled − teacher (AP) | distilled − label-only "
-        "(AP) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "distilled MAP | distilled NDCG@10 | distilled − teacher (AP) | distilled − teacher "
+        "(NDCG@10) | distilled − label-only (AP) | distilled − label-only (NDCG@10) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         lines.append(
@@ -369,8 +385,9 @@ def table(plan: Plan, rows: list[dict], command: str, reduced: str) -> str:
             f"{' '.join(str(seed) for seed in row['seeds'])} | {row['teacher']} | "
             f"({row['chosen']['alpha']:g}, {row['chosen']['temperature']:g}) | "
             f"{row['teacher_map']:.4f} | {row['labels']['map']} | {row['distilled']['map']} | "
-            f"{row['distilled']['ndcg@10']} | {interval(row['vs_teacher'])} | "
-            f"{interval(row['vs_labels'])} |"
+            f"{row['distilled']['ndcg@10']} | "
+            + " | ".join(interval(row[side][m]) for side in SIDES for m in INTERVAL_METRICS)
+            + " |"
         )
     lines += ["", "Validation MAP of the grid (first seed, mean over folds):", ""]
     for row in rows:
@@ -380,7 +397,7 @@ def table(plan: Plan, rows: list[dict], command: str, reduced: str) -> str:
     for row in rows:
         if row["dataset"] != "mq2008" or row["student"] == "linear":
             continue
-        result = row["vs_teacher"]
+        result = row["vs_teacher"]["map"]
         if result.low <= 0 <= result.high:
             verdict = "within its paired interval of the teacher (the interval holds 0)"
         else:
