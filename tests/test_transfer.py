@@ -16,7 +16,6 @@ from differank.rankers.tuning import search, trials
 
 pytest.importorskip("lightgbm")
 pytest.importorskip("optuna")
-pytestmark = pytest.mark.slow  # about 30 s of CPU: four searches and their runs
 
 SMOKE = transfer.PROFILES["smoke"]
 A, B = (dataset.name for dataset in SMOKE.datasets)
