@@ -3,7 +3,7 @@ each of two datasets with the same budget, then each setting chosen on one datas
 tested on the other, against LightGBM searched on that other dataset; and each objective's
 default chosen on the mean validation MAP over both datasets.
 
-    python benchmarks/transfer.py --budget 8m --jobs 1 --out benchmarks/results/transfer.md
+    python benchmarks/transfer.py --budget 12m --jobs 1 --out benchmarks/results/transfer.md
     python benchmarks/transfer.py --profile smoke --out /tmp/smoke.md   # tests: tiny data
 
 1. **The searches.** Each dataset (``--datasets A B``, default MQ2008 and lightgbm_rank) gets
@@ -27,6 +27,7 @@ data sets, two rows, for the tests).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import statistics
@@ -59,8 +60,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @dataclass(frozen=True)
 class TransferProfile:
-    """The searches' profile (rows ``None``: ``tune.rows`` of conf/train.yaml) and the two
-    datasets it runs on when the command line names none."""
+    """The searches' profile (no rows: ``tune.rows`` of conf/train.yaml) and the two datasets
+    it runs on when the command line names none."""
 
     profile: Profile
     datasets: tuple[Dataset, Dataset]
@@ -311,14 +312,11 @@ def main(argv: list[str] | None = None) -> None:
     chosen = PROFILES[args.profile]
     profile = chosen.profile
     budget = parse_budget(args.budget)
-    profile = Profile(
-        profile.trials,
-        args.seeds or profile.seeds,
-        profile.folds,
-        profile.rows or tune_rows(),
-        profile.extra,
-        profile.tiny,
-        args.trials,
+    profile = dataclasses.replace(
+        profile,
+        seeds=args.seeds or profile.seeds,
+        rows=profile.rows or tune_rows(),
+        default_trials=args.trials,
     )
     datasets = [Dataset.parse(t) for t in args.datasets] if args.datasets else chosen.datasets
     runner = Runner(args.jobs)
