@@ -192,7 +192,8 @@ def test_conerank_takes_rho_and_alpha_from_the_cone_loss(train_config):
         return instantiate(cfg.model, loss=instantiate(cfg.loss), n_features=16).ranker
 
     default = ranker([])
-    assert (default.rho, default.alpha, default.radius) == (4.0, 1.0, 8.0)  # sqrt(F), 1, 2·rho
+    # sqrt(F), conf/loss/cone.yaml's alpha, 2·rho
+    assert (default.rho, default.alpha, default.radius) == (4.0, 0.102, 8.0)
     tied = ranker(["loss.rho=3", "loss.alpha=2"])
     assert (tied.rho, tied.alpha, tied.radius) == (3.0, 2.0, 6.0)
 
