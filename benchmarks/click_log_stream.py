@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import measure
+from measure import mib
 
 SESSION_LENGTH = 10
 ROW_GROUP_ROWS = 65_536
@@ -121,22 +121,6 @@ def stream_worker(path: Path, train: bool) -> dict:
     }
 
 
-def _worker(args: list[str]) -> dict:
-    done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), *args],
-        cwd=measure.ROOT,
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"worker {args[:2]} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def mib(size: float) -> str:
-    return f"{size / 2**20:,.0f}"
-
-
 def report(results: list[dict], command: str, train: bool) -> str:
     what = "reading, batching and a linear training step" if train else "reading and batching"
     lines = [
@@ -195,10 +179,14 @@ def main(argv: list[str] | None = None) -> None:
     for rows in args.rows:
         path = args.folder / f"differank-click-log-{rows}.parquet"
         try:
-            written = _worker(["--worker", "write", "--path", str(path), "--rows", str(rows)])
+            written = measure.worker_json(
+                __file__, ["--worker", "write", "--path", str(path), "--rows", str(rows)]
+            )
             print(f"{rows:,} rows written: {written}", flush=True)
             train = ["--train"] if args.train else []
-            streamed = _worker(["--worker", "stream", "--path", str(path), *train])
+            streamed = measure.worker_json(
+                __file__, ["--worker", "stream", "--path", str(path), *train]
+            )
             print(f"{rows:,} rows streamed: {streamed}", flush=True)
         finally:
             path.unlink(missing_ok=True)

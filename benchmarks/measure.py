@@ -15,6 +15,7 @@ one. On CUDA every timed call is synchronised before and after.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import platform
 import resource
@@ -224,6 +225,27 @@ def metadata_line(meta: dict) -> str:
         f"thread(s), OMP_NUM_THREADS={meta['omp_num_threads']}, {meta['device']}, Python "
         f"{meta['python']}, {meta['date']}.\n"
     )
+
+
+def worker_json(script: str | Path, args: list[str], env=None) -> dict:
+    """``script`` run as a worker in a fresh Python process (from the repository root) with
+    ``args``: the JSON object its last line of output prints; a failed worker raises with the
+    end of its stderr."""
+    done = subprocess.run(
+        [sys.executable, str(Path(script).resolve()), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"worker {args[:3]} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def mib(size: float) -> str:
+    """Bytes as MiB with thousands separators, no decimals."""
+    return f"{size / 2**20:,.0f}"
 
 
 def publish(text: str, out: Path | None, *devices) -> str:

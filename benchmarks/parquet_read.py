@@ -34,6 +34,7 @@ from pathlib import Path
 import measure
 from data_path import SPLITS
 from data_path import run_json as _data_path_worker
+from measure import mib
 
 STEMS = [name.removesuffix(".txt") for name, _ in SPLITS]
 # layout name -> write_parquet options
@@ -112,27 +113,8 @@ def read_worker(kind: str, files: list[str], memory_map: bool, threads: bool, ev
 
 
 def fastest(args: list[str], repeats: int) -> dict:
-    runs = [_data_path_worker_here(args) for _ in range(repeats)]
+    runs = [measure.worker_json(__file__, args) for _ in range(repeats)]
     return min(runs, key=lambda run: run["seconds"])
-
-
-def _data_path_worker_here(args: list[str]) -> dict:
-    """This script as a worker in a fresh process (its JSON result)."""
-    import subprocess
-
-    done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), *args],
-        cwd=measure.ROOT,
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"worker {args[:3]} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def mib(value: float) -> str:
-    return f"{value / 2**20:,.0f}"
 
 
 def report(info: dict, rows: list[dict], command: str) -> str:
@@ -212,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
         "text_bytes": written["text_bytes"],
         "float32_bytes": written["float32_bytes"],
     }
-    sizes = _data_path_worker_here(["--worker", "convert", "--data", str(data)])
+    sizes = measure.worker_json(__file__, ["--worker", "convert", "--data", str(data)])
     text_files = [str(data / "Fold1" / f"{stem}.txt") for stem in STEMS]
     layout_files = {
         layout: [str(data / f"parquet-{i}" / f"{stem}.parquet") for stem in STEMS]

@@ -50,6 +50,7 @@ from torch.utils.data import DataLoader
 from differank.datamodules.clicks.base import ClickModel
 from differank.datamodules.clicks.click_log import IDENTITY, ClickLog, ClickLogError
 from differank.datamodules.clicks.held_out import HeldOutSessions
+from differank.datamodules.clicks.shown_lists import shown_list_tensors
 from differank.datamodules.clicks.wrapping import WrappingDataModule
 from differank.datamodules.letor import LetorDataModule
 from differank.datamodules.normalization import apply_zscore
@@ -135,18 +136,7 @@ class ClickDataModule(WrappingDataModule):
         """Online simulation on the lists ``shown_rows`` (rows of the training split, top
         first; one per served training query, in the split's query order); validation on
         ``held_out`` sessions when given."""
-        split = data.split_data("train")
-        if len(shown_rows) != len(split.queries):
-            raise ValueError(
-                f"{len(shown_rows)} shown lists for {len(split.queries)} training queries: one "
-                "list per served training query"
-            )
-        tensors = SplitTensors.from_queries(
-            torch.from_numpy(split.features),
-            torch.from_numpy(split.labels),
-            [np.asarray(rows, dtype=np.int64) for rows in shown_rows],
-            split.query_ids[split.queries],
-        )
+        tensors = shown_list_tensors(data.split_data("train"), shown_rows, "training")
         return cls(data, tensors, click_model=click_model, seed=seed, held_out=held_out)
 
     @classmethod

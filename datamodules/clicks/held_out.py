@@ -24,7 +24,7 @@ import torch
 from torch.utils.data import Dataset
 
 from differank.datamodules.clicks.base import ClickModel
-from differank.datamodules.split_tensors import SplitTensors
+from differank.datamodules.clicks.shown_lists import shown_list_tensors
 
 # The validation sessions' stream of the run's seed: training batches use (seed, batch number)
 # and the production ranker (seed, 35) and (seed, 36), so these never share a draw with them.
@@ -53,17 +53,7 @@ class HeldOutSessions(Dataset):
         ``(seed, VALIDATION_STREAM)``."""
         if isinstance(sessions, bool) or not isinstance(sessions, int) or sessions < 1:
             raise ValueError(f"ultr.select_sessions must be an integer >= 1, got {sessions!r}")
-        if len(shown_rows) != len(split.queries):
-            raise ValueError(
-                f"{len(shown_rows)} shown lists for {len(split.queries)} validation queries: one "
-                "list per served validation query"
-            )
-        lists = SplitTensors.from_queries(
-            torch.from_numpy(split.features),
-            torch.from_numpy(split.labels),
-            [np.asarray(rows, dtype=np.int64) for rows in shown_rows],
-            split.query_ids[split.queries],
-        )
+        lists = shown_list_tensors(split, shown_rows, "validation")
         batch = lists.batch(np.arange(len(shown_rows)))
         labels, mask = batch.pop("labels"), batch["mask"]
         generator = torch.Generator().manual_seed(

@@ -6,6 +6,7 @@ Public API::
 
     top_k_rows(scores, query_rows, top_k) -> list[np.ndarray]   # rows of each list, top first
     plackett_luce_rows(scores, query_rows, top_k, temperature, rng) -> list[np.ndarray]
+    shown_list_tensors(split, shown_rows, split_name) -> SplitTensors  # the lists as a split
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+import torch
+
+from differank.datamodules.split_tensors import SplitTensors
 
 
 def top_k_rows(scores, query_rows: Sequence[np.ndarray], top_k: int) -> list[np.ndarray]:
@@ -78,3 +82,20 @@ def _checked(scores, top_k: int) -> np.ndarray:
     if not np.isfinite(scores).all():
         raise ValueError("the production ranker gave a NaN or infinite score: it cannot rank")
     return scores
+
+
+def shown_list_tensors(split, shown_rows: Sequence[np.ndarray], split_name: str) -> SplitTensors:
+    """The lists ``shown_rows`` (rows of ``split``, top first, one per served query in the
+    split's order) as a split of their own, with their true labels (the click models' input);
+    a count other than one list per served query is an error naming ``split_name``."""
+    if len(shown_rows) != len(split.queries):
+        raise ValueError(
+            f"{len(shown_rows)} shown lists for {len(split.queries)} {split_name} queries: one "
+            f"list per served {split_name} query"
+        )
+    return SplitTensors.from_queries(
+        torch.from_numpy(split.features),
+        torch.from_numpy(split.labels),
+        [np.asarray(rows, dtype=np.int64) for rows in shown_rows],
+        split.query_ids[split.queries],
+    )
