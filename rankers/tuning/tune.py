@@ -30,6 +30,7 @@ import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib.util import find_spec
 from pathlib import Path
 
 from hydra.errors import InstantiationException
@@ -204,10 +205,27 @@ def profile_of(cfg: DictConfig, overrides: Sequence[str], runs: Path) -> tuple[P
     return profile, dataset
 
 
+# what a search needs beyond the core install: the sampler, and the reference every row is
+# compared with (the `cluster` and `bench` extras hold them)
+SEARCH_PACKAGES = {"optuna": "optuna", "lightgbm": "lightgbm"}
+
+
+def require_search_packages() -> None:
+    """Refuse a tune, before any trial runs, when Optuna or LightGBM is not installed."""
+    missing = [name for name, module in SEARCH_PACKAGES.items() if find_spec(module) is None]
+    if missing:
+        raise ModuleNotFoundError(
+            f"differank tune needs {' and '.join(missing)} (Optuna proposes the trials, "
+            f"LightGBM is the reference every row is compared with): pip install "
+            f'{" ".join(missing)}, or pip install "differank[bench,cluster]"'
+        )
+
+
 def tune_task(cfg: DictConfig, run_dir: Path, overrides: Sequence[str]) -> None:
     """``task=tune``: the protocol on the command line's data, its report and chosen model
     written into ``run_dir`` (the module docstring lists the files)."""
     budget = parse_budget(cfg.tune.budget)  # a bad budget is refused before anything runs
+    require_search_packages()
     jobs = int(cfg.tune.jobs)
     if jobs < 1:
         raise ValueError(f"tune.jobs must be >= 1, got {jobs}")

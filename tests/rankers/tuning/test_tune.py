@@ -151,3 +151,14 @@ def test_failed_trials_are_named_never_scored(tmp_path, monkeypatch):
     rows = ["tune.rows=[ranknet/linear]", "tune.trials=2", "tune.seeds=1"]
     with pytest.raises(NoCandidatesError, match=r"ranknet/linear: trial 0 fold 1: ValueError: "):
         differank.tune([*smoke_with(*rows), "quiet=true"], output_dir=tmp_path)
+
+
+def test_a_tune_without_optuna_or_lightgbm_is_refused_naming_the_install(monkeypatch):
+    from differank.rankers.tuning import tune as tune_module
+
+    installed = tune_module.find_spec
+    monkeypatch.setattr(
+        tune_module, "find_spec", lambda name: None if name == "lightgbm" else installed(name)
+    )
+    with pytest.raises(ModuleNotFoundError, match=r"needs lightgbm .*pip install lightgbm"):
+        tune_module.require_search_packages()
