@@ -338,8 +338,8 @@ def cone_fold_in_exact(z, basis, constraint="simplex", band=(1.0, 1.0)):
     return best_w, best_value
 
 
-def cone_query_loss_oracle(
-    features, labels, basis, alpha=1.0, rho=None, constraint="simplex",
+def cone_query_loss_oracle(  # alpha: ConeLoss's default, conf/loss/cone.yaml's
+    features, labels, basis, alpha=0.102, rho=None, constraint="simplex",
     weighting="label_diff", band=(1.0, 1.0),
 ):  # fmt: skip
     """One query's ConeRank loss ``(1/n_q) Σ_{r_l > r_m} φ ‖z̃ − U w*‖²`` by naive pair loops.

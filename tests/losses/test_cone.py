@@ -234,7 +234,7 @@ class TestConeLoss:
 
     def test_identity_cone_is_negative_part(self):
         features, labels, mask = random_batch(nan_padding=False)
-        got = cone_loss(features, labels, mask, torch.eye(5, dtype=torch.float64),
+        got = cone_loss(features, labels, mask, torch.eye(5, dtype=torch.float64), alpha=1.0,
                         constraint="cone", reduction="none", **TIGHT)  # fmt: skip
         want = []
         for b in range(features.shape[0]):
@@ -254,7 +254,9 @@ class TestConeLoss:
         features = torch.randn(1, 2, 4, generator=g, dtype=torch.float64)
         labels = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
         mask = torch.ones(1, 2, dtype=torch.bool)
-        got = cone_loss(features, labels, mask, torch.eye(4, dtype=torch.float64), **TIGHT)
+        got = cone_loss(
+            features, labels, mask, torch.eye(4, dtype=torch.float64), alpha=1.0, **TIGHT
+        )
         z = features[0, 0] - features[0, 1]
         z_tilde = 2.0 * z / (1.0 + z.norm())
         assert got.item() == pytest.approx(distance_to_probability_simplex(z_tilde.numpy()))
