@@ -171,17 +171,8 @@ def train_worker(overrides: list[str], run_dir: Path) -> dict:
 def run_json(args: list[str], env=None) -> dict:
     """A worker in a fresh process; its JSON result plus the process wall time."""
     start = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    wall = time.perf_counter() - start
-    if done.returncode != 0:
-        raise RuntimeError(f"worker {args[:2]} failed:\n{done.stderr[-3000:]}")
-    return {**json.loads(done.stdout.strip().splitlines()[-1]), "wall": wall}
+    result = measure.worker_json(__file__, args, env=env)
+    return {**result, "wall": time.perf_counter() - start}
 
 
 def tree_memory(root_pid: int) -> dict:

@@ -19,30 +19,11 @@ from differank.datamodules.atomic_files import write_files
 from differank.datamodules.transforms import SignedLog1p
 from differank.rankers.checkpoints import Scorer, load_ranker
 from differank.rankers.run.ranklib import ranklib_files, ranklib_model
-from differank.rankers.scorers.linear import LinearRanker
 from differank.rankers.scorers.mlp import MLPRanker
 from differank.rankers.scorers.transformer import TransformerRanker
 from tests.conftest import TINY_RUN, run_config
 from tests.oracles_engines import ranklib_scores
-
-F = 46
-ROWS = 10_000
-
-
-def letor_like_scorer(ranker) -> Scorer:
-    """A scorer behind z-score statistics like MQ2008's (features in [0, 1])."""
-    generator = torch.Generator().manual_seed(7)
-    mean = torch.rand(F, generator=generator, dtype=torch.float64) * 0.5
-    std = 0.05 + torch.rand(F, generator=generator, dtype=torch.float64) * 0.3
-    return Scorer(ranker, mean, std).eval()
-
-
-def linear() -> LinearRanker:
-    torch.manual_seed(0)
-    ranker = LinearRanker(F)
-    torch.nn.init.normal_(ranker.linear.weight, std=F**-0.5)
-    torch.nn.init.normal_(ranker.linear.bias)
-    return ranker
+from tests.rankers.run.test_solr import ROWS, F, letor_like_scorer, linear
 
 
 def sigmoid_mlp(hidden=(64, 32)) -> MLPRanker:
