@@ -28,7 +28,9 @@ sessions of the validation queries, no validation label read; docs/clicks.md) wi
 chosen on the true validation labels: their test metrics and the paired interval of the
 click-chosen model's per-query NDCG@10 and AP minus the label-chosen one's. Both runs of a pair
 train on the same sessions from the same seed; only the monitor (and so the chosen epoch and
-the early stop) differs.
+the early stop) differs. ``--select-metrics ips_dcg loglik`` adds, for the rows whose
+estimator fits a click model (DLA, regression EM, two-tower), the model chosen by the held-out
+clicks' log-likelihood (``ultr.select_metric=loglik``).
 """
 
 from __future__ import annotations
@@ -97,8 +99,12 @@ def click_overrides(clicks: str, eta: float) -> list[str]:
     return [f"clicks={clicks}", *([f"clicks.eta={eta}"] if clicks in ("pbm", "trust") else [])]
 
 
-# how a run chooses its epoch (--select)
+# how a run chooses its epoch (--select), and from clicks by which metric (--select-metrics)
 SELECTIONS = ("clicks", "labels")
+SELECT_METRICS = ("ips_dcg", "loglik")
+METRIC_MONITORS = {"ips_dcg": "val/click_dcg@10", "loglik": "val/click_loglik"}
+# the estimators whose fitted click model gives the held-out clicks a likelihood
+FITS_CLICK_MODEL = ("ultr=dla", "ultr=rem", "ultr=twotower")
 
 
 def run(row: Row, fold: int, seed: int, common: list[str], folder: Path) -> dict:
@@ -164,18 +170,23 @@ def mean_std(values: list[float]) -> str:
     return f"{statistics.fmean(values):.4f} ± {spread:.4f}"
 
 
-def selection_table(clicks: dict[int, dict[str, list[dict]]], labels: dict[str, list[dict]]) -> str:
-    """Per click row and number of held-out sessions per validation query: test NDCG@10 and MAP
-    of the click-chosen and the label-chosen model, the mean epoch each chose, and the paired
-    intervals of click-chosen minus label-chosen."""
-    header = ["row", "held-out sessions / query", "runs", "NDCG@10 clicks", "NDCG@10 labels"]
+def selection_table(
+    clicks: dict[tuple[str, int], dict[str, list[dict]]], labels: dict[str, list[dict]]
+) -> str:
+    """Per click row, click metric and number of held-out sessions per validation query: test
+    NDCG@10 and MAP of the click-chosen and the label-chosen model, the mean epoch each chose,
+    and the paired intervals of click-chosen minus label-chosen."""
+    header = ["row", "chosen by", "held-out sessions / query", "runs"]
+    header += ["NDCG@10 clicks", "NDCG@10 labels"]
     header += ["MAP clicks", "MAP labels", "epoch clicks", "epoch labels"]
     header += [f"Δ{name} clicks − labels (95 %)" for name in PAIRED.values()]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, reference in labels.items():
-        for sessions, by_row in clicks.items():
+        for (metric, sessions), by_row in clicks.items():
+            if name not in by_row:
+                continue
             chosen = by_row[name]
-            cells = [ROWS[name].title, str(sessions), str(len(chosen))]
+            cells = [ROWS[name].title, METRIC_MONITORS[metric], str(sessions), str(len(chosen))]
             for key in ("ndcg@10", "map"):
                 cells += [mean_std([r[key] for r in chosen]), mean_std([r[key] for r in reference])]
             for runs in (chosen, reference):
@@ -247,6 +258,14 @@ def main(argv: list[str] | None = None) -> None:
         default=[10],
         help="--select: held-out sessions per validation query (ultr.select_sessions), one "
         "click-chosen run per count",
+    )
+    parser.add_argument(
+        "--select-metrics",
+        nargs="+",
+        choices=SELECT_METRICS,
+        default=["ips_dcg"],
+        help="--select: the click metrics to choose by (ultr.select_metric); loglik for the rows "
+        "whose estimator fits a click model",
     )
     parser.add_argument(
         "--scope",
@@ -327,7 +346,8 @@ def select(args, argv: list[str] | None) -> None:
     rows = [name for name in args.rows if ROWS[name].clicks]
     setting, common = setting_name(args), common_overrides(args)
     labels: dict[str, list[dict]] = {name: [] for name in rows}
-    clicks = {n: {name: [] for name in rows} for n in args.select_sessions}
+    choices = [(m, n) for m in args.select_metrics for n in args.select_sessions]
+    clicks: dict[tuple[str, int], dict[str, list[dict]]] = {choice: {} for choice in choices}
     for fold in args.folds:
         for seed in args.seeds:
             for name in rows:
@@ -335,11 +355,19 @@ def select(args, argv: list[str] | None) -> None:
                 where = f"fold{fold}_seed{seed}"
                 # the label-chosen run is the ordinary one (its folder as without --select)
                 labels[name].append(run(ROWS[name], fold, seed, common, runs / name / where))
-                for n in args.select_sessions:
+                for metric, n in choices:
+                    fits = any(o in ROWS[name].overrides for o in FITS_CLICK_MODEL)
+                    if metric == "loglik" and not fits:
+                        continue
                     options = ("ultr.select=clicks", f"ultr.select_sessions={n}")
+                    options += (f"ultr.select_metric={metric}",)
                     row = Row(ROWS[name].title, (*ROWS[name].overrides, *options))
-                    folder = runs / f"{name}_select_clicks_s{n}" / where
-                    clicks[n][name].append(run(row, fold, seed, common, folder))
+                    # the IPS-DCG runs keep the folder name they had before --select-metrics
+                    suffix = "" if metric == "ips_dcg" else f"_{metric}"
+                    folder = runs / f"{name}_select_clicks_s{n}{suffix}" / where
+                    clicks[metric, n].setdefault(name, []).append(
+                        run(row, fold, seed, common, folder)
+                    )
     command = "python benchmarks/ultr_results.py " + " ".join(
         sys.argv[1:] if argv is None else argv
     )
@@ -353,9 +381,11 @@ def select(args, argv: list[str] | None) -> None:
             f"Folds {args.folds}, seeds {args.seeds}, at most {args.max_epochs} epochs (early "
             f"stopping after 10 without a better monitor), linear model, Adam lr {args.lr}; "
             f"clicks `{' '.join(click_overrides(args.clicks, args.eta))}`. Each row trains "
-            "twice on the same sessions: **clicks** chooses the epoch by `val/click_dcg@10` "
-            "(`ultr.select=clicks`: the IPS estimate of DCG@10, clipped as in training, on the "
-            "held-out sessions per validation query of the second column, no validation label "
+            "twice (or more) on the same sessions: **clicks** chooses the epoch by the monitor "
+            "of the second column (`ultr.select=clicks`: `val/click_dcg@10` the IPS estimate of "
+            "DCG@10, clipped as in training; `val/click_loglik` the held-out clicks' "
+            "log-likelihood under the estimator's fitted click model), on the held-out "
+            "sessions per validation query of the third column, no validation label "
             "read), **labels** by "
             "`val/map` on the true validation labels. Test metrics on the true test labels "
             "(LETOR 4.0 rules), mean ± std over the runs; epoch: the mean epoch tested (from "

@@ -69,7 +69,8 @@ import torch
 OUT = measure.ROOT / "benchmarks" / "results" / "ultra_side_by_side.md"
 LIST_SIZE = 10
 BATCH = 256
-COMMAND = "PYTHONPATH=/tmp/ultra-deps python benchmarks/ultra_side_by_side.py /tmp/ultra"
+# ULTRA's dependencies installed with pip --target (module docstring)
+COMMAND = "PYTHONPATH=/tmp/ultra-deps python benchmarks/ultra_side_by_side.py"
 
 
 def load_ultra(checkout: Path):
@@ -131,26 +132,35 @@ def click_models(ultra):
     }
 
 
-def click_rates(ultra, labels, mask, repeats: int) -> list[tuple[str, float, float]]:
-    """(model, differank slots/s, ULTRA slots/s) per click model."""
+def click_rates(
+    ultra, labels, mask, repeats: int, batch_sizes: list[int]
+) -> list[tuple[str, int, float, float]]:
+    """(model, lists per call, differank slots/s, ULTRA slots/s) per click model and batch size
+    (ULTRA draws list by list whatever its batch: its rate is measured once per model)."""
     label_lists = [[int(v) for v in row] for row in labels.tolist()]
-    batches = [(labels[i : i + BATCH], mask[i : i + BATCH]) for i in range(0, len(labels), BATCH)]
     generator = torch.Generator().manual_seed(0)
     results = []
     for name, (theirs, ours) in click_models(ultra).items():
-
-        def ours_run(ours=ours):
-            for _ in range(20):
-                for batch_labels, batch_mask in batches:
-                    ours.simulate(batch_labels, batch_mask, generator)
 
         def theirs_run(theirs=theirs):
             for label_list in label_lists:
                 theirs.sampleClicksForOneList(list(label_list))
 
-        ours_s, theirs_s = interleaved(ours_run, theirs_run, repeats)
-        slots = len(label_lists) * LIST_SIZE
-        results.append((name, 20 * slots / ours_s, slots / theirs_s))
+        theirs_s = None
+        for size in batch_sizes:
+            # every list once per pass, in calls of `size` lists (the last call may be shorter)
+            starts = range(0, len(labels), size)
+            batches = [(labels[i : i + size], mask[i : i + size]) for i in starts]
+
+            def ours_run(ours=ours, batches=batches):
+                for _ in range(20):
+                    for batch_labels, batch_mask in batches:
+                        ours.simulate(batch_labels, batch_mask, generator)
+
+            ours_s, theirs_now = interleaved(ours_run, theirs_run, repeats)
+            theirs_s = theirs_now if theirs_s is None else min(theirs_s, theirs_now)
+            slots = len(label_lists) * LIST_SIZE
+            results.append((name, size, 20 * slots / ours_s, slots / theirs_s))
     return results
 
 
@@ -274,6 +284,13 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=None, help="MQ2008 (default $LETOR_DIR)")
     parser.add_argument("--steps", type=int, default=20, help="training steps per repeat")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--click-batches",
+        nargs="+",
+        type=int,
+        default=[BATCH],
+        help="lists per differank simulate call (ULTRA's batch is 256)",
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -283,7 +300,7 @@ def main() -> None:
     checkout = args.ultra.resolve()
     ultra = load_ultra(checkout)
     data, rows, labels, mask = shown_lists(data_dir)
-    rates = click_rates(ultra, labels, mask, args.repeats)
+    rates = click_rates(ultra, labels, mask, args.repeats, args.click_batches)
     with tempfile.TemporaryDirectory() as folder:
         cwd = os.getcwd()
         os.chdir(folder)  # ULTRA's SummaryWriter() writes ./runs
@@ -304,18 +321,18 @@ def main() -> None:
     lines = [
         "# differank beside ULTRA_pytorch: simulated clicks and click-training steps (CPU)",
         "",
-        f"`{COMMAND}`",
+        f"`{COMMAND} {' '.join(sys.argv[1:])}`",
         "",
         f"MQ2008 Fold1 training queries ({len(rows)} lists of their first {LIST_SIZE} "
         "documents), one torch thread, process CPU time, fastest of "
         f"{args.repeats} interleaved repeats; ULTRA_pytorch at {checkout} "
         f"(benchmarks/ultra_side_by_side.py's docstring: what each side runs).",
         "",
-        "| click model | differank slots/s | ULTRA slots/s | ratio |",
-        "|---|---:|---:|---:|",
+        "| click model | lists per differank call | differank slots/s | ULTRA slots/s | ratio |",
+        "|---|---:|---:|---:|---:|",
         *(
-            f"| {name} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.0f}× |"
-            for name, ours, theirs in rates
+            f"| {name} | {size} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.1f}× |"
+            for name, size, ours, theirs in rates
         ),
         "",
         f"| training (PBM clicks, IPS, softmax, MLP 512-256-128, batch {BATCH}) "
