@@ -264,6 +264,12 @@ def tune_task(cfg: DictConfig, run_dir: Path, overrides: Sequence[str]) -> None:
     selection = run_selection(profile, [dataset], runs, jobs, budget)
     selection.record["dataset"] = dataset.name
     command = " ".join(["differank tune", *[o for o in overrides if o != "task=tune"]])
+    paired = (
+        f" Δ: per-query test metric (mean over seeds) minus {REFERENCE_PEER}'s, pooled over "
+        "folds, with its 95% paired bootstrap interval (10,000 resamples of queries)."
+        if any(row.peer == REFERENCE_PEER for row in profile.rows)
+        else ""
+    )
     heading = [
         "# differank tune",
         "",
@@ -271,10 +277,8 @@ def tune_task(cfg: DictConfig, run_dir: Path, overrides: Sequence[str]) -> None:
         "",
         f"Rows: {', '.join(r.name for r in profile.rows)}; at most {profile.default_trials} "
         f"trials per row, {profile.seeds} seeds × folds {list(profile.folds)}; chosen by "
-        f"{selection.signal.description}: the mean over the folds, and nothing else. Test MAP: "
-        f"mean ± std over seeds and folds. Δ: per-query test metric (mean over seeds) minus "
-        f"{REFERENCE_PEER}'s, pooled over folds, with its 95% paired bootstrap interval "
-        "(10,000 resamples of queries).",
+        f"{selection.signal.description}, mean over the folds, and nothing else. Test MAP: "
+        f"mean ± std over seeds and folds.{paired}",
         "",
     ]
     out = run_dir / "tune.md"

@@ -22,8 +22,8 @@ pytest.importorskip("lightgbm")
 pytest.importorskip("optuna")
 
 CLICKS = ["clicks=pbm", "clicks.top_k=6", "clicks.eta=2", "ultr=ips", "ultr.select=clicks"]
-TINY = [*protocol.TINY_OVERRIDES, "data.seed=0", "trainer.max_epochs=2", "quiet=true"]
-TUNE = [*TINY, *CLICKS, "tune.folds=[1]", "tune.seeds=1", "tune.trials=2"]
+TINY = [*protocol.TINY_OVERRIDES, "data.seed=0", "trainer.max_epochs=3", "quiet=true"]
+TUNE = [*TINY, *CLICKS, "tune.folds=[1]", "tune.seeds=1", "tune.trials=4"]
 
 
 def unreadable_validation_labels(monkeypatch):
@@ -58,6 +58,7 @@ def test_a_click_tune_chooses_the_argmax_of_the_click_monitor_and_reads_no_label
         values = [trial["validation"] for trial in row["trials"]]
         assert all(trial["error"] is None and trial["val_map"] is None for trial in row["trials"])
         assert row["chosen_trial"] == values.index(max(values)), name  # the click argmax
+    assert record["rows"]["listmle/linear"]["chosen_trial"] > 0  # a search, not the default
     table = record[record["dataset"]]
     means = {name: entry["validation_mean"] for name, entry in table["rows"].items()}
     assert result.chosen == table["chosen"] == max(means, key=means.get)
@@ -70,6 +71,7 @@ def test_a_click_tune_chooses_the_argmax_of_the_click_monitor_and_reads_no_label
     report = result.report.read_text()
     assert "chosen by val/click_dcg@10 on held-out click sessions" in report
     assert "No ensemble:" in report and "| val/click_dcg@10 |" in report
+    assert "minus lightgbm" not in report  # no reference, no interval against it
     assert f"Validation-chosen differank row: **{result.chosen}**" in report
     assert result.checkpoint is not None
     differank.load_ranker(result.checkpoint)
@@ -114,9 +116,7 @@ def test_an_earlier_cached_val_map_is_read_as_chosen_by_val_map(tmp_path):
 @pytest.mark.parametrize(
     "record", [{"val_map": 0.4}, {"monitor": "val/map", "validation": 0.4, "val_map": 0.4}]
 )
-def test_a_cached_run_chosen_by_another_monitor_is_redone_not_mixed_in(
-    tmp_path, caplog, record
-):
+def test_a_cached_run_chosen_by_another_monitor_is_redone_not_mixed_in(tmp_path, caplog, record):
     _cache(tmp_path, record)
     clicks = Signal("val/click_dcg@10", clicks=True)
     assert trials.cached_result(_job(tmp_path, clicks)) is None
