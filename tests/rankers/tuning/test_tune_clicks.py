@@ -1,9 +1,9 @@
-"""``differank tune`` chosen from clicks (rankers/tuning/signal.py, docs/tuning.md#tuning-from-
-clicks): under ``ultr.select=clicks`` every trial's epoch, each row's setting and the chosen row
-are the argmax of the held-out click monitor, no validation label is read (the trials' labels
-unreadable once their held-out sessions are drawn, the tune's own validation splits
-unreadable, no validation scores written), the label-chosen references are refused up front,
-and a cached run chosen by another monitor is redone, never mixed in."""
+"""``differank tune`` chosen from clicks (rankers/tuning/signal.py,
+docs/tuning.md#tuning-from-clicks): under ``ultr.select=clicks`` every trial's epoch, each row's
+setting and the chosen row are the argmax of the held-out click monitor, no validation label is
+read (the trials' labels unreadable once their held-out sessions are drawn, the tune's own
+validation splits unreadable, no validation scores written), the label-chosen references are
+refused up front, and a cached run chosen by another monitor is redone, never mixed in."""
 
 from __future__ import annotations
 
