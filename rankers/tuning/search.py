@@ -167,7 +167,7 @@ class Protocol:
         self.at_once = TRIALS_AT_ONCE if runner.pool is not None else 1
         self._splits: dict[Dataset, FoldSplits] = {}
 
-    def fold_splits(self, dataset: Dataset) -> FoldSplits:
+    def dataset_splits(self, dataset: Dataset) -> FoldSplits:
         """:class:`FoldSplits` of ``dataset``, read once."""
         if dataset not in self._splits:
             labels = not self.signal.clicks
@@ -176,11 +176,11 @@ class Protocol:
 
     def splits(self, dataset: Dataset) -> tuple[dict[int, Split], dict[int, Split]]:
         """Each fold's validation split (none when chosen from clicks) and test split."""
-        splits = self.fold_splits(dataset)
+        splits = self.dataset_splits(dataset)
         return splits.val, splits.test
 
     def jobs(self, row, overrides, setting, dataset, folder, seed) -> list[Job]:
-        val_rows = self.fold_splits(dataset).val_rows
+        val_rows = self.dataset_splits(dataset).val_rows
         return [
             Job(
                 row,

@@ -53,7 +53,7 @@ from differank.rankers.tuning.report import (
 )
 from differank.rankers.tuning.search import Profile, Protocol, RowResult
 from differank.rankers.tuning.selection import NoCandidatesError, select_ensemble
-from differank.rankers.tuning.signal import Signal, refuse_label_rows, selection_signal
+from differank.rankers.tuning.signal import LABELS, Signal, refuse_label_rows, selection_signal
 from differank.rankers.tuning.space import Row
 from differank.rankers.tuning.trials import Dataset, Runner, data_module
 
@@ -370,7 +370,7 @@ class TuneResult:
     checkpoint: Path | None
     chosen: str | None
     mean_val_map: dict[str, float]
-    monitor: str = "val/map"
+    monitor: str = LABELS.monitor
     mean_validation: dict[str, float] = field(default_factory=dict)
 
 

@@ -13,8 +13,9 @@ import protocol  # benchmarks/ is on the path (tests/conftest.py)
 import pytest
 
 import differank
+from differank.rankers.run.runs import compose_config
 from differank.rankers.tuning import search, trials
-from differank.rankers.tuning.signal import LABELS, Signal
+from differank.rankers.tuning.signal import LABELS, Signal, selection_signal
 from differank.rankers.tuning.space import Row
 from tests.rankers.run.test_click_selection import Unreadable, corrupt_validation_labels
 
@@ -89,6 +90,16 @@ def test_a_tune_by_another_label_monitor_is_refused_naming_it(tmp_path):
     rows = ["tune.rows=[listmle/linear]", "monitor=val/ndcg@10"]
     with pytest.raises(ValueError, match=r"monitor=val/ndcg@10 is neither: drop monitor="):
         differank.tune([*TINY, "tune.folds=[1]", *rows], output_dir=tmp_path)
+
+
+def test_the_signal_is_the_monitor_the_trials_choose_their_epoch_by(tmp_path):
+    assert selection_signal(compose_config(TINY, run_dir=tmp_path)) == LABELS
+    loglik = [*CLICKS, "ultr=twotower", "loss=bce", "ultr.select_metric=loglik"]
+    signal = selection_signal(compose_config([*TINY, *loglik], run_dir=tmp_path))
+    assert signal == Signal("val/click_loglik", clicks=True)
+    assert signal.description == (
+        "val/click_loglik on held-out click sessions (no validation label read)"
+    )
 
 
 def _job(run_dir, signal: Signal) -> trials.Job:
