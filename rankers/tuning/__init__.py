@@ -6,6 +6,8 @@
 - ``trials.py``: one run of one setting on one fold and seed, cached;
 - ``reference.py``: LightGBM and XGBoost fitted and scored like differank's runs;
 - ``search.py``: Optuna's search on validation and the chosen setting's seeds;
+- ``signal.py``: what chooses (validation MAP, or held-out click sessions under
+  ``ultr.select=clicks``) and what a click-chosen tune refuses;
 - ``selection.py``: paired intervals against the reference and the greedy ensemble;
 - ``report.py``, ``figure.py``: the tables and the forest plot;
 - ``tune.py``: ``task=tune`` and :func:`tune`; ``benchmarks/protocol.py`` calls its

@@ -1,7 +1,8 @@
 """The tuning report: each dataset's table (validation and test figures per row, paired
 intervals against the reference, the ensemble, the validation-chosen row), what was searched
 (trials per row, marked when fewer than the reference's or past the budget), and each chosen
-setting as a ``conf/experiment`` file.
+setting as a ``conf/experiment`` file. The validation figure is the tune's signal
+(rankers/tuning/signal.py): validation MAP, or a click monitor.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import yaml
 from differank.rankers.metrics.significance import PairedInterval
 from differank.rankers.tuning.search import RowResult
 from differank.rankers.tuning.selection import Split, mean_std, paired_against
+from differank.rankers.tuning.signal import LABELS, Signal
 from differank.rankers.tuning.space import row_space
 from differank.rankers.tuning.trials import Dataset
 
@@ -36,13 +38,16 @@ def _setting(result: RowResult) -> str:
 
 
 def dataset_table(
-    name: str, results: list[RowResult], ensemble, test: dict[int, Split]
+    name: str, results: list[RowResult], ensemble, test: dict[int, Split], signal: Signal = LABELS
 ) -> tuple[str, dict]:
-    """The dataset's table (markdown) and its record (JSON)."""
+    """The dataset's table (markdown) and its record (JSON). ``ensemble``: what
+    :func:`~differank.rankers.tuning.selection.select_ensemble` returned, None when there is
+    none (a click-chosen tune). The record's ``validation_*`` are the signal's; a label-chosen
+    tune keeps them as ``val_map_*`` too (their name before click selection)."""
     reference = next((r for r in results if r.row.peer == REFERENCE_PEER), None)
     paired_headers = [f"Δ {label} vs {REFERENCE_PEER} [95% CI]" for label in PAIRED_KEYS.values()]
     lines = [
-        "| row | chosen setting | val MAP | test MAP | MeanNDCG | NDCG@10 | "
+        f"| row | chosen setting | {signal.label} | test MAP | MeanNDCG | NDCG@10 | "
         + " | ".join(paired_headers)
         + " | s / run |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -50,10 +55,11 @@ def dataset_table(
     record: dict[str, dict] = {}
     entries = [(r.row.name, _setting(r), r.seeds.get(name, [])) for r in results]
     failures = {r.row.name: r.failure for r in results if r.chosen is None}
-    counts, _, ensemble_runs = ensemble
-    members = " + ".join(f"{c}×{n}" if c > 1 else n for n, c in counts.items())
-    size = f"{len(counts)} member" + ("s" if len(counts) > 1 else "")
-    entries.append((f"ensemble ({size})", members, ensemble_runs))
+    if ensemble is not None:
+        counts, _, ensemble_runs = ensemble
+        members = " + ".join(f"{c}×{n}" if c > 1 else n for n, c in counts.items())
+        size = f"{len(counts)} member" + ("s" if len(counts) > 1 else "")
+        entries.append((f"ensemble ({size})", members, ensemble_runs))
     chosen_name, chosen_val = None, float("-inf")
     for row_name, setting, runs in entries:
         failed = [run for run in runs if "error" in run]
@@ -61,7 +67,8 @@ def dataset_table(
             error = failed[0]["error"][:200] if failed else failures.get(row_name, "not run")
             lines.append(f"| {row_name} | {setting} | failed: {error} ||||||||")
             continue
-        cells = {key: mean_std(runs, key) for key in ("val_map", "map", "mean_ndcg", "ndcg@10")}
+        keys = ("validation", "map", "mean_ndcg", "ndcg@10")
+        cells = {key: mean_std(runs, key) for key in keys}
         paired = {}
         if reference is not None and reference.seeds.get(name) and row_name != reference.row.name:
             paired = {
@@ -70,14 +77,16 @@ def dataset_table(
         deltas = [_interval(paired[key]) if paired else "-" for key in PAIRED_KEYS]
         seconds = statistics.fmean(run["seconds"] for run in runs) if "seconds" in runs[0] else 0
         lines.append(
-            f"| {row_name} | {setting} | {cells['val_map'][0]:.4f} | "
+            f"| {row_name} | {setting} | {cells['validation'][0]:.4f} | "
             + " | ".join(f"{m:.4f} ± {s:.4f}" for m, s in list(cells.values())[1:])
             + " | "
             + " | ".join(deltas)
             + f" | {seconds:.1f} |"
         )
-        if not row_name.startswith("peer_") and cells["val_map"][0] > chosen_val:
-            chosen_name, chosen_val = row_name, cells["val_map"][0]
+        if not row_name.startswith("peer_") and cells["validation"][0] > chosen_val:
+            chosen_name, chosen_val = row_name, cells["validation"][0]
+        if not signal.clicks:
+            cells["val_map"] = cells["validation"]
         record[row_name] = {
             "setting": setting,
             **{f"{k}_mean": m for k, (m, _) in cells.items()},
@@ -94,7 +103,7 @@ def dataset_table(
         return "\n".join(lines) + "\n\n" + note + "\n", {"rows": record, "chosen": None}
     chosen = record[chosen_name]
     note = (
-        f"Validation-chosen differank row: **{chosen_name}** (val MAP {chosen_val:.4f}, "
+        f"Validation-chosen differank row: **{chosen_name}** ({signal.label} {chosen_val:.4f}, "
         f"test MAP {chosen['map_mean']:.4f})"
     )
     if chosen["paired"]:
@@ -104,19 +113,25 @@ def dataset_table(
             f"{interval['mean']:+.4f} [{interval['low']:+.4f}, {interval['high']:+.4f}], "
             f"{interval['verdict']}"
         )
+    note += "." if reference is None else f". {_verdict_counts(record)}"
+    return "\n".join(lines) + "\n\n" + note + "\n", {"rows": record, "chosen": chosen_name}
+
+
+def _verdict_counts(record: dict) -> str:
+    """How many rows' intervals against the reference are better, indistinguishable, worse."""
     counts = {
         key: Counter(r["paired"][key]["verdict"] for r in record.values() if r["paired"])
         for key in PAIRED_KEYS
     }
-    note += f". Against {REFERENCE_PEER} (a row is better or worse only when its interval " + (
-        "excludes 0): "
+    return (
+        f"Against {REFERENCE_PEER} (a row is better or worse only when its interval excludes "
+        "0): "
         + "; ".join(
             f"{label} " + ", ".join(f"{counts[key][v]} {v}" for v in VERDICTS)
             for key, label in PAIRED_KEYS.items()
         )
         + "."
     )
-    return "\n".join(lines) + "\n\n" + note + "\n", {"rows": record, "chosen": chosen_name}
 
 
 def _interval(interval: PairedInterval) -> str:
@@ -125,13 +140,14 @@ def _interval(interval: PairedInterval) -> str:
     return text if interval.verdict == "indistinguishable" else f"{text} {interval.verdict}"
 
 
-def search_table(results: list[RowResult]) -> str:
+def search_table(results: list[RowResult], signal: Signal = LABELS) -> str:
     """What was searched: per row, its trials (marked ``fewer than <reference>`` when the
     budget gave it fewer than the reference's, ``over budget`` when a trial or its seeds ended
-    past its share), the default's validation MAP first, failed trials named."""
+    past its share), the default's value of ``signal`` first, failed trials named."""
     reference = next((r for r in results if r.row.peer == REFERENCE_PEER), None)
+    label = signal.label
     lines = [
-        "| row | trials | seeds | default val MAP | chosen val MAP | chosen setting | notes |",
+        f"| row | trials | seeds | default {label} | chosen {label} | chosen setting | notes |",
         "|---|---:|---:|---:|---:|---|---|",
     ]
     for result in results:
@@ -141,11 +157,11 @@ def search_table(results: list[RowResult]) -> str:
         if result.over_budget:
             notes.append("over budget")
         notes += [f"trial {t.number} failed: {t.error[:200]}" for t in result.trials if t.error]
-        default = result.trials[0].val_map if result.trials else None
+        default = result.trials[0].validation if result.trials else None
         chosen = result.chosen
         lines.append(
             f"| {result.row.name} | {len(result.trials)} | {result.seeds_run} | "
-            f"{_number(default)} | {_number(chosen.val_map if chosen else None)} | "
+            f"{_number(default)} | {_number(chosen.validation if chosen else None)} | "
             f"{json.dumps(chosen.setting) if chosen else '-'} | {'; '.join(notes)} |"
         )
     return "\n".join(lines) + "\n"

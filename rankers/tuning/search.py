@@ -1,9 +1,10 @@
 """The search: for each row, Optuna's TPE sampler (seeded) proposes settings of the row's space
 (rankers/tuning/space.py); the first trial is always the row's current default, so the search
 can only keep or beat it on validation. A trial trains the setting on every fold (seed 0) and
-scores the **mean validation MAP over the folds**: the only selection signal. Test metrics are
-written by every run but never read before the search ends. The chosen setting is then trained
-with the other seeds. Trials stop at the row's share of the time budget
+scores the **mean over the folds of the signal** (rankers/tuning/signal.py: validation MAP, or
+under ``ultr.select=clicks`` the click monitor of held-out sessions): the only selection signal.
+Test metrics are written by every run but never read before the search ends. The chosen setting
+is then trained with the other seeds. Trials stop at the row's share of the time budget
 (rankers/tuning/budget.py).
 
 A trial whose run failed on a fold (an option pair the loss refuses, a crash) is kept with its
@@ -25,6 +26,7 @@ from omegaconf import OmegaConf
 from differank.rankers.run.runs import compose_config
 from differank.rankers.tuning.budget import Budget, RowBudget
 from differank.rankers.tuning.selection import Split
+from differank.rankers.tuning.signal import LABELS, Signal
 from differank.rankers.tuning.space import (
     REFERENCE_DEFAULTS,
     Row,
@@ -74,9 +76,18 @@ class Trial:
         return f"fold {failed[0].get('fold', '?')}: {failed[0]['error']}" if failed else None
 
     @property
-    def val_map(self) -> float | None:
-        """Mean validation MAP over the folds; None when a fold failed (never chosen)."""
+    def validation(self) -> float | None:
+        """Mean over the folds of the value each run's epoch was chosen by (the tune's
+        signal); None when a fold failed (never chosen)."""
         if self.error is not None:
+            return None
+        return statistics.fmean(run["validation"] for run in self.runs)
+
+    @property
+    def val_map(self) -> float | None:
+        """Mean validation MAP over the folds; None when a fold failed or the runs were
+        chosen from clicks (no validation MAP is computed)."""
+        if self.error is not None or any("val_map" not in run for run in self.runs):
             return None
         return statistics.fmean(run["val_map"] for run in self.runs)
 
@@ -97,6 +108,7 @@ class RowResult:
             "trials": [
                 {
                     "setting": t.setting,
+                    "validation": t.validation,
                     "val_map": t.val_map,
                     "error": t.error,
                     "seconds": t.seconds,
@@ -117,34 +129,58 @@ class RowResult:
         return "; ".join(errors) if errors else "no trial ran"
 
 
-def fold_splits(dataset: Dataset, profile: Profile, runs: Path) -> tuple[dict, dict]:
-    """Each fold's validation and test split (labels, qids) of ``dataset``."""
-    val, test = {}, {}
+@dataclass
+class FoldSplits:
+    """Each fold's validation row count, validation split (empty when the tune is chosen from
+    clicks: no validation label is read) and test split (labels, qids) of a dataset."""
+
+    val_rows: dict[int, int]
+    val: dict[int, Split]
+    test: dict[int, Split]
+
+
+def fold_splits(dataset: Dataset, profile: Profile, runs: Path, labels: bool) -> FoldSplits:
+    """:class:`FoldSplits` of ``dataset``; the validation labels read only when ``labels``."""
+    splits = FoldSplits({}, {}, {})
     for fold in profile.folds:
         overrides = [*dataset.overrides, *profile.extra, f"++data.fold={fold}"]
         datamodule = data_module(overrides, runs / "compose")
-        val[fold], test[fold] = (Split.of(datamodule.split_data(s)) for s in ("val", "test"))
-    return val, test
+        val = datamodule.split_data("val")
+        splits.val_rows[fold] = len(val.qids)
+        if labels:
+            splits.val[fold] = Split.of(val)
+        splits.test[fold] = Split.of(datamodule.split_data("test"))
+    return splits
 
 
 class Protocol:
     """Searches and seeds rows of ``profile`` on ``datasets`` (the first is searched, the
-    others train its chosen settings), runs cached under ``runs``, run by ``runner``."""
+    others train its chosen settings) by ``signal``, runs cached under ``runs``, run by
+    ``runner``."""
 
-    def __init__(self, profile: Profile, datasets: list[Dataset], runs: Path, runner):
+    def __init__(
+        self, profile: Profile, datasets: list[Dataset], runs: Path, runner, signal: Signal = LABELS
+    ):
         self.profile, self.datasets, self.runs, self.runner = profile, datasets, runs, runner
+        self.signal = signal
         # one trial at a time in one process (a budget then stops after the trial in flight)
         self.at_once = TRIALS_AT_ONCE if runner.pool is not None else 1
-        self._splits: dict[Dataset, tuple[dict[int, Split], dict[int, Split]]] = {}
+        self._splits: dict[Dataset, FoldSplits] = {}
 
-    def splits(self, dataset: Dataset) -> tuple[dict[int, Split], dict[int, Split]]:
-        """Each fold's validation and test split of ``dataset``, read once."""
+    def dataset_splits(self, dataset: Dataset) -> FoldSplits:
+        """:class:`FoldSplits` of ``dataset``, read once."""
         if dataset not in self._splits:
-            self._splits[dataset] = fold_splits(dataset, self.profile, self.runs)
+            labels = not self.signal.clicks
+            self._splits[dataset] = fold_splits(dataset, self.profile, self.runs, labels)
         return self._splits[dataset]
 
+    def splits(self, dataset: Dataset) -> tuple[dict[int, Split], dict[int, Split]]:
+        """Each fold's validation split (none when chosen from clicks) and test split."""
+        splits = self.dataset_splits(dataset)
+        return splits.val, splits.test
+
     def jobs(self, row, overrides, setting, dataset, folder, seed) -> list[Job]:
-        val, _ = self.splits(dataset)
+        val_rows = self.dataset_splits(dataset).val_rows
         return [
             Job(
                 row,
@@ -153,8 +189,9 @@ class Protocol:
                 fold,
                 seed,
                 self.runs / dataset.name / row.name.replace("/", "-") / folder / f"fold{fold}",
-                len(val[fold].labels),
+                val_rows[fold],
                 self.profile.tiny,
+                self.signal,
             )
             for fold in self.profile.folds
         ]
@@ -224,14 +261,18 @@ class Protocol:
                 done = Trial(len(result.trials), setting, runs[index * folds :][:folds], seconds)
                 done.over_budget = share.left() < 0
                 result.trials.append(done)
-                value = done.val_map
+                value = done.validation
                 if trial is not None and value is not None:
                     study.tell(trial, value)
                 elif trial is not None:  # a failed fold (an option pair the loss refuses)
                     study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                shown = f"val MAP {value:.4f}" if value is not None else f"failed: {done.error}"
+                shown = (
+                    f"{self.signal.label} {value:.4f}"
+                    if value is not None
+                    else f"failed: {done.error}"
+                )
                 log.info("[tune] %s trial %d: %s %s", row.name, done.number, shown, setting)
-        finished = [(value, t) for t in result.trials if (value := t.val_map) is not None]
+        finished = [(value, t) for t in result.trials if (value := t.validation) is not None]
         result.chosen = max(finished, key=lambda pair: pair[0])[1] if finished else None
         result.over_budget = any(t.over_budget for t in result.trials)
         return result

@@ -144,7 +144,10 @@ def select_ensemble(members: dict[str, list[dict]], val: dict[int, Split], test:
             total = total + count * test[f].padded(_scores(by_fold[n][f], "test"))
         scores = test[f].flat(total)
         metrics = evaluate_arrays(scores, test[f].labels, test[f].qids)
-        test_runs.append({**metrics, "fold": f, "test_scores": scores, "val_map": best})
+        # its validation value is the signal's: the ensemble exists only when that is val/map
+        test_runs.append(
+            {**metrics, "fold": f, "test_scores": scores, "val_map": best, "validation": best}
+        )
     return counts, best, test_runs
 
 

@@ -1,11 +1,16 @@
 """One trial run: a setting trained (or a reference fitted) on one fold with one seed, its
 validation and test scores written, and its ``result.json`` cached.
 
+A run's row records the monitor its epoch was chosen by and its value there (``monitor``,
+``validation``; rankers/tuning/signal.py); a label-chosen run also keeps it as ``val_map``, the
+name earlier result.json files hold it under. A click-chosen run (``ultr.select=clicks``)
+writes no validation scores: they are for the ensemble, which chooses on validation labels.
+
 Runs are cached under the runs folder (``<dataset>/<row>/<trial|seed>/fold<k>/result.json``):
 running again redoes only the missing or failed runs (the seeded sampler proposes the same
-trials again) and those whose ``result.json`` or ``predictions/val.txt`` is damaged or another
-job's, each named in a warning (:func:`cached_result`). A failed run is a row ``{"error":
-...}`` (the report names it), never a score.
+trials again) and those whose ``result.json`` or ``predictions/val.txt`` is damaged, another
+job's or chosen by another monitor, each named in a warning (:func:`cached_result`). A failed
+run is a row ``{"error": ...}`` (the report names it), never a score.
 """
 
 from __future__ import annotations
@@ -27,19 +32,21 @@ import torch
 
 from differank.datamodules.atomic_files import write_file
 from differank.rankers.run.runs import compose_config, run
+from differank.rankers.tuning.signal import LABELS, Signal
 from differank.rankers.tuning.space import Row
 
 log = logging.getLogger(__name__)
 
 
-def training_run(overrides: list[str], run_dir: Path) -> dict[str, float]:
+def training_run(overrides: list[str], run_dir: Path) -> dict:
     """One training run (:func:`differank.run`: what ``differank OVERRIDES`` does) as a row:
-    its test metrics and, under the name of ``monitor`` (``val/map``), the validation value its
-    epoch was chosen on. Its lines go to its own ``train.log``; the terminal shows only its
-    warnings (a search prints its trials' validation figures, never their test tables)."""
+    its test metrics, the ``monitor`` its epoch was chosen by (``val/map``,
+    ``val/click_dcg@10``) and its ``validation`` value there. Its lines go to its own
+    ``train.log``; the terminal shows only its warnings (a search prints its trials' validation
+    figures, never their test tables)."""
     with _terminal_warnings_only():
         result = run(overrides, output_dir=run_dir)
-    return {result.monitor: result.best_validation, **result.test_metrics}
+    return {"monitor": result.monitor, "validation": result.best_validation, **result.test_metrics}
 
 
 def _warning_or_worse(record: logging.LogRecord) -> bool:
@@ -88,6 +95,7 @@ class Job:
     run_dir: Path
     val_rows: int  # the fold's validation rows: predictions/val.txt has one score each
     tiny: bool = False
+    signal: Signal = LABELS  # what the run's epoch must be chosen by
 
 
 def data_module(overrides: list[str], run_dir: Path):
@@ -98,7 +106,7 @@ def data_module(overrides: list[str], run_dir: Path):
 
 
 # What the tables and the ensemble read from a run's result.json, besides the job it ran.
-RESULT_NUMBERS = ("val_map", "map", "mean_ndcg", "ndcg@10", "seconds", "cpu_seconds")
+RESULT_NUMBERS = ("validation", "map", "mean_ndcg", "ndcg@10", "seconds", "cpu_seconds")
 
 
 class UntrustedFile(Exception):
@@ -125,6 +133,12 @@ def _read_result(record: Path, job: Job) -> dict:
         raise UntrustedFile(f"{record} is another job's: {json.dumps(cached['job'])}")
     if "error" in cached:
         raise UntrustedFile(f"{record} records a failed run")
+    if "monitor" not in cached and "val_map" in cached:  # written before the monitor was kept
+        cached.update(monitor=LABELS.monitor, validation=cached["val_map"])
+    if cached.get("monitor") != job.signal.monitor:
+        raise UntrustedFile(
+            f"{record} was chosen by {cached.get('monitor')!r}, this tune by {job.signal.monitor!r}"
+        )
     # seeds of one setting share overrides and setting: the seed and fold tell them apart
     for key, expected in {"fold": job.fold, "seed": job.seed}.items():
         if cached.get(key) != expected:
@@ -167,7 +181,7 @@ def cached_result(job: Job) -> dict | None:
         return None
     try:
         cached = _read_result(record, job)
-        if not job.row.peer:  # a peer writes no validation scores: it is no ensemble member
+        if not job.row.peer and not job.signal.clicks:  # only ensemble members write them
             _check_val_scores(job.run_dir / "predictions" / "val.txt", job.val_rows)
     except UntrustedFile as error:
         log.warning("%s; the run is redone", error)
@@ -176,9 +190,9 @@ def cached_result(job: Job) -> dict | None:
 
 
 def run_job(job: Job) -> dict:
-    """Train (or fit the peer), score validation and test; the row (test metrics, validation
-    MAP, where its prediction files are). Cached: a run whose files pass
-    :func:`cached_result` is read, not redone."""
+    """Train (or fit the peer), score validation and test; the row (test metrics, the
+    monitor and its validation value, where its prediction files are). Cached: a run whose
+    files pass :func:`cached_result` is read, not redone."""
     cached = cached_result(job)
     if cached is not None:
         return cached
@@ -201,11 +215,18 @@ def run_job(job: Job) -> dict:
                 seed=job.seed,
             )
             row.pop("settings")
+            row.update(monitor=LABELS.monitor, validation=row["val_map"])
         else:
             row = training_run(overrides, job.run_dir)
-            row["val_map"] = row.pop("val/map")  # the selection signal (conf/train.yaml monitor)
-            root = compose_config(overrides, run_dir=job.run_dir).data.get("root")
-            write_val_scores(job.run_dir, root)
+            if row["monitor"] != job.signal.monitor:  # e.g. a row's own overrides changed it
+                raise ValueError(
+                    f"the run's epoch was chosen by {row['monitor']}, the tune chooses by "
+                    f"{job.signal.monitor}: give every row the same ultr.select"
+                )
+            if not job.signal.clicks:  # the ensemble's scores (it chooses on validation MAP)
+                row["val_map"] = row["validation"]
+                root = compose_config(overrides, run_dir=job.run_dir).data.get("root")
+                write_val_scores(job.run_dir, root)
         row.update(fold=job.fold, seed=job.seed, run_dir=str(job.run_dir))
     except Exception as error:  # one failing run (e.g. an invalid option pair) is a failed trial
         log.error("%s failed (the report names it)", job.run_dir, exc_info=True)

@@ -3,13 +3,18 @@ within a time budget, reported against LightGBM searched the same way (docs/tuni
 
     differank tune data=letor data.root=DIR tune.budget=20m
     differank tune data=mq2008 tune.rows=[lightgbm,listmle/linear] tune.seeds=2 tune.jobs=2
+    differank tune data=mq2008 clicks=pbm ultr=ips ultr.select=clicks tune.rows=[listmle/linear]
 
+The last chooses every epoch, setting and row from held-out click sessions and reads no
+validation label (rankers/tuning/signal.py): it has no LightGBM reference and no ensemble.
 Every override that is not ``tune.*`` reaches every trial (``trainer.max_epochs=20``); the data
 overrides (``data=...``, ``data.*``) name the data set. The run folder gets:
 
 - ``tune.md``: the table (each row's validation and test figures, paired intervals against
-  LightGBM, the ensemble, the validation-chosen row) and what was searched (trials per row);
-- ``tune.json``: the same as a record; ``tune.png``: the forest plot;
+  LightGBM, the ensemble, the validation-chosen row), what chose (the signal) and what was
+  searched (trials per row);
+- ``tune.json``: the same as a record (``selection``: the signal); ``tune.png``: the forest
+  plot;
 - ``checkpoints/best.ckpt``: the chosen model on the first fold, which ``load_ranker``,
   ``task=test|predict|export ckpt_path=...`` read: the validation-chosen differank row's chosen
   run (seed 0), or the chosen ensemble's run when it has one member. An ensemble of several is
@@ -29,7 +34,7 @@ import logging
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -37,6 +42,7 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig
 
 from differank.datamodules.atomic_files import write_file
+from differank.rankers.run.runs import compose_config
 from differank.rankers.tuning.budget import Budget, parse_budget
 from differank.rankers.tuning.figure import forest_plot
 from differank.rankers.tuning.report import (
@@ -47,6 +53,7 @@ from differank.rankers.tuning.report import (
 )
 from differank.rankers.tuning.search import Profile, Protocol, RowResult
 from differank.rankers.tuning.selection import NoCandidatesError, select_ensemble
+from differank.rankers.tuning.signal import LABELS, Signal, refuse_label_rows, selection_signal
 from differank.rankers.tuning.space import Row
 from differank.rankers.tuning.trials import Dataset, Runner, data_module
 
@@ -58,12 +65,13 @@ MAX_FOLDS = 5  # LETOR's rotation: Fold1..Fold5
 @dataclass
 class Selection:
     """What :func:`run_selection` found: the report's markdown sections, its JSON record, the
-    rows' results and the wall time."""
+    rows' results, the wall time and the signal that chose."""
 
     sections: list[str]
     record: dict
     results: list[RowResult]
     seconds: float
+    signal: Signal
 
 
 def run_selection(
@@ -78,19 +86,29 @@ def run_selection(
     """The protocol: every row of ``profile`` searched on the first dataset's validation
     (references first, then the others in order, each within its share of the budget), its
     chosen setting seeded on every dataset, the greedy ensemble, the tables. ``experiments``:
-    write each differank row's chosen setting there (``table`` names the report in them)."""
+    write each differank row's chosen setting there (``table`` names the report in them).
+
+    The signal (rankers/tuning/signal.py) is the trials' config's: under ``ultr.select=clicks``
+    a reference row is refused before anything runs, and the ensemble is skipped (both choose
+    on validation labels)."""
     from differank.rankers.tuning.reference import available
 
+    composed = compose_config([*datasets[0].overrides, *profile.extra], run_dir=runs / "compose")
+    signal = selection_signal(composed)
+    refuse_label_rows(signal, profile.rows)
     rows = [r for r in profile.rows if not r.peer or available(r.peer)]
     rows.sort(key=lambda r: r.peer is None)  # references first: the others are compared to them
     budget, runner = Budget(budget_seconds), Runner(jobs)
-    protocol = Protocol(profile, datasets, runs, runner)
+    protocol = Protocol(profile, datasets, runs, runner, signal)
     try:
         results = protocol.run_all(rows, budget)
     finally:
         runner.close()
     seconds = time.perf_counter() - budget.start
-    record: dict = {"rows": {r.row.name: r.to_json() for r in results}}
+    record: dict = {
+        "selection": signal.to_json(),
+        "rows": {r.row.name: r.to_json() for r in results},
+    }
     if experiments is not None:
         for result in results:
             if not result.row.peer and result.chosen is not None:
@@ -113,11 +131,17 @@ def run_selection(
                 f"or ensemble ({failures or 'no differank row in tune.rows'}); fix the errors "
                 "or choose other rows (tune.rows=[...])"
             )
-        ensemble = select_ensemble(members, val, test)
-        text, record[dataset.name] = dataset_table(dataset.name, results, ensemble, test)
-        record[dataset.name]["ensemble"] = ensemble[0]
+        ensemble = None if signal.clicks else select_ensemble(members, val, test)
+        text, record[dataset.name] = dataset_table(dataset.name, results, ensemble, test, signal)
+        record[dataset.name]["ensemble"] = ensemble[0] if ensemble else None
         sections += [f"## {dataset.name}", "", text]
-    sections += [f"## What was searched ({datasets[0].name} validation)", "", search_table(results)]
+        if ensemble is None:
+            sections += [NO_ENSEMBLE, ""]
+    sections += [
+        f"## What was searched ({datasets[0].name} validation)",
+        "",
+        search_table(results, signal),
+    ]
     cpu = sum(
         run.get("cpu_seconds", 0.0)
         for r in results
@@ -130,7 +154,13 @@ def run_selection(
         f"invocations count 0 s); CPU time of the runs {cpu:.0f} s (one thread each)."
     )
     record["seconds"], record["budget_seconds"] = seconds, budget_seconds
-    return Selection(sections, record, results, seconds)
+    return Selection(sections, record, results, seconds, signal)
+
+
+NO_ENSEMBLE = (
+    "No ensemble: its greedy selection scores validation MAP, and this tune reads no "
+    "validation label (ultr.select=clicks)."
+)
 
 
 def write_record(record: dict, out: Path) -> None:
@@ -234,16 +264,21 @@ def tune_task(cfg: DictConfig, run_dir: Path, overrides: Sequence[str]) -> None:
     selection = run_selection(profile, [dataset], runs, jobs, budget)
     selection.record["dataset"] = dataset.name
     command = " ".join(["differank tune", *[o for o in overrides if o != "task=tune"]])
+    paired = (
+        f" Δ: per-query test metric (mean over seeds) minus {REFERENCE_PEER}'s, pooled over "
+        "folds, with its 95% paired bootstrap interval (10,000 resamples of queries)."
+        if any(row.peer == REFERENCE_PEER for row in profile.rows)
+        else ""
+    )
     heading = [
         "# differank tune",
         "",
         f"Command: `{command}`",
         "",
         f"Rows: {', '.join(r.name for r in profile.rows)}; at most {profile.default_trials} "
-        f"trials per row, {profile.seeds} seeds × folds {list(profile.folds)}; selection on mean "
-        f"validation MAP over the folds only. Test MAP: mean ± std over seeds and folds. Δ: "
-        f"per-query test metric (mean over seeds) minus {REFERENCE_PEER}'s, pooled over folds, "
-        "with its 95% paired bootstrap interval (10,000 resamples of queries).",
+        f"trials per row, {profile.seeds} seeds × folds {list(profile.folds)}; chosen by "
+        f"{selection.signal.description}, mean over the folds, and nothing else. Test MAP: "
+        f"mean ± std over seeds and folds.{paired}",
         "",
     ]
     out = run_dir / "tune.md"
@@ -259,14 +294,14 @@ def write_chosen(selection: Selection, dataset: Dataset, profile: Profile, run_d
     ``ensemble.md`` when an ensemble of several was chosen). Returns the report's line."""
     table = selection.record[dataset.name]
     singles = [
-        (entry["val_map_mean"], name)
+        (entry["validation_mean"], name)
         for name, entry in table["rows"].items()
         if not name.startswith(("peer_", "ensemble"))
     ]
     if not singles:
         return "No differank row finished: no checkpoint is written."
     ensemble_chosen = bool(table["chosen"]) and table["chosen"].startswith("ensemble")
-    counts = table["ensemble"]
+    counts = table["ensemble"] or {}
     if ensemble_chosen and len(counts) == 1:  # the ensemble is one run (picked once or more)
         name, _, seed = next(iter(counts)).rpartition("#")
     else:
@@ -326,13 +361,17 @@ def ensemble_recipe(members: list[tuple[Path, int]], fold: int) -> str:
 @dataclass(frozen=True)
 class TuneResult:
     """What :func:`tune` wrote: the run folder, the report, the chosen checkpoint (None when no
-    differank row finished) and the validation-chosen row's name."""
+    differank row finished), the validation-chosen row's name, the ``monitor`` that chose
+    (``val/map``, ``val/click_dcg@10``) and each row's mean value of it. ``mean_val_map``: each
+    row's validation MAP, empty when chosen from clicks (none is computed)."""
 
     run_dir: Path
     report: Path
     checkpoint: Path | None
     chosen: str | None
     mean_val_map: dict[str, float]
+    monitor: str = LABELS.monitor
+    mean_validation: dict[str, float] = field(default_factory=dict)
 
 
 def tune(overrides: Sequence[str] = (), *, output_dir: str | Path | None = None) -> TuneResult:
@@ -347,11 +386,14 @@ def tune(overrides: Sequence[str] = (), *, output_dir: str | Path | None = None)
     done = run(["task=tune", *overrides], output_dir=output_dir)
     record = json.loads((done.run_dir / "tune.json").read_text())
     table = record[record["dataset"]]
+    rows = table["rows"]
     checkpoint = done.run_dir / "checkpoints" / "best.ckpt"
     return TuneResult(
         done.run_dir,
         done.run_dir / "tune.md",
         checkpoint if checkpoint.is_file() else None,
         table["chosen"],
-        {name: entry["val_map_mean"] for name, entry in table["rows"].items()},
+        {name: entry["val_map_mean"] for name, entry in rows.items() if "val_map_mean" in entry},
+        record["selection"]["monitor"],
+        {name: entry["validation_mean"] for name, entry in rows.items()},
     )

@@ -9,7 +9,11 @@ from differank.rankers.tuning.space import Row
 
 
 def _trial(number: int, val_map: float | None, over_budget: bool = False) -> Trial:
-    run = {"fold": 1, "val_map": val_map} if val_map is not None else {"fold": 1, "error": "boom"}
+    run = (
+        {"fold": 1, "monitor": "val/map", "validation": val_map, "val_map": val_map}
+        if val_map is not None
+        else {"fold": 1, "error": "boom"}
+    )
     return Trial(number, {"lr": number}, [run], 1.0, over_budget)
 
 
