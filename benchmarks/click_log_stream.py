@@ -158,7 +158,7 @@ def run_worker(path: Path, folder: Path) -> dict:
     from differank.datamodules.clicks.parquet_log import ParquetClickLog
 
     torch.set_num_threads(1)
-    rows = ParquetClickLog(path)
+    click_log = ParquetClickLog(path)
     run_dir = Path(tempfile.mkdtemp(prefix="differank-click-run-", dir=folder))
     clock = run_dir / "epoch_clock.json"
     overrides = [
@@ -175,11 +175,11 @@ def run_worker(path: Path, folder: Path) -> dict:
         epoch = json.loads(clock.read_text())
     finally:
         shutil.rmtree(run_dir)
-    assert epoch["slots"] == rows.rows, (epoch, rows.rows)  # every row served once
+    assert epoch["slots"] == click_log.rows, (epoch, click_log.rows)  # every row served once
     return {
         **epoch,
-        "rows": rows.rows,
-        "row_groups": rows.row_groups,
+        "rows": click_log.rows,
+        "row_groups": click_log.row_groups,
         "run_seconds": run_seconds,
         "peak_rss": measure.max_rss_bytes(),
     }
