@@ -1,6 +1,7 @@
 """Streaming a synthetic Parquet click log through one epoch of reading and batching
-(``clicks=parquet_log``'s training loader, ``datamodules/clicks/stream.py``): rows per second
-and peak memory at several log lengths, to show the peak flat in the number of rows.
+(``clicks=parquet_log``'s training loader, ``datamodules/clicks/stream.py``) and, with
+``--run``, through one epoch of ``differank.run`` (what ``python train.py`` runs): rows per
+second and peak memory at several log lengths, to show the peak flat in the number of rows.
 
 Each length is one synthetic log under ``--folder`` (default ``/tmp``), written by
 ``ClickLogWriter`` in a worker process (sessions of 10 documents, row groups of 65,536 rows, a
@@ -13,8 +14,16 @@ on each batch. Peak RSS is the streaming process' ``ru_maxrss`` (everything: int
 torch, pyarrow, the feature table); "above start" is that peak minus the resident set just
 before the epoch (after the imports and the log's footer are read). Seconds are wall time.
 
+``--run`` also trains one epoch on each log through ``differank.run`` in another fresh process:
+``RUN`` below with ``clicks.log`` and ``clicks.feature_table`` (the synthetic data's 46
+features match the log's; its small validation and test splits keep them cheap), Lightning's own
+loop, ``StreamingClickDataModule``, every row served once (checked). The training epoch is
+timed inside the run by ``epoch_clock.EpochClock`` (added as a callback by override), from its
+start to its last batch's end; the whole call is timed too; peak RSS is that process'
+``ru_maxrss``. The run's folder is made under ``--folder`` and deleted afterwards.
+
     nice -n 10 python benchmarks/click_log_stream.py --rows 1000000 10000000 100000000 \\
-        --out benchmarks/results/click_log_stream.md
+        --train --run --out benchmarks/results/click_log_stream.md
 """
 
 from __future__ import annotations
@@ -32,6 +41,21 @@ SESSION_LENGTH = 10
 ROW_GROUP_ROWS = 65_536
 DOCUMENTS, FEATURES = 4_096, 46
 BATCH_SIZE = 256
+# --run: train.py's overrides besides the log and its table: the synthetic data's 46 features
+# (FEATURES), small validation and test splits (cheap next to the epoch), one epoch
+RUN = [
+    "data=synthetic",
+    "data.n_train_queries=40",
+    "data.n_val_queries=20",
+    "data.n_test_queries=20",
+    f"data.batch_size={BATCH_SIZE}",
+    "clicks=parquet_log",
+    "ultr=naive",
+    "loss=softmax",
+    "trainer.max_epochs=1",
+    "logger=csv",
+    "quiet=true",
+]
 
 
 def write_worker(path: Path, rows: int) -> dict:
@@ -121,20 +145,75 @@ def stream_worker(path: Path, train: bool) -> dict:
     }
 
 
-def report(results: list[dict], command: str, train: bool) -> str:
+def run_worker(path: Path, folder: Path) -> dict:
+    """One epoch of ``path`` through ``differank.run`` (``RUN``) in this fresh process, its
+    training epoch measured by :class:`epoch_clock.EpochClock`; the run's folder, made under
+    ``folder``, is removed afterwards."""
+    import shutil
+    import tempfile
+
+    import torch
+
+    import differank
+    from differank.datamodules.clicks.parquet_log import ParquetClickLog
+
+    torch.set_num_threads(1)
+    click_log = ParquetClickLog(path)
+    run_dir = Path(tempfile.mkdtemp(prefix="differank-click-run-", dir=folder))
+    clock = run_dir / "epoch_clock.json"
+    overrides = [
+        *RUN,
+        f"clicks.log={path}",
+        f"clicks.feature_table={path.with_suffix('.table.parquet')}",
+        "+callbacks.epoch_clock._target_=epoch_clock.EpochClock",
+        f"+callbacks.epoch_clock.out={clock}",
+    ]
+    try:
+        start = time.perf_counter()
+        differank.run(overrides, output_dir=run_dir / "run")
+        run_seconds = time.perf_counter() - start
+        epoch = json.loads(clock.read_text())
+    finally:
+        shutil.rmtree(run_dir)
+    assert epoch["slots"] == click_log.rows, (epoch, click_log.rows)  # every row served once
+    return {
+        **epoch,
+        "rows": click_log.rows,
+        "row_groups": click_log.row_groups,
+        "run_seconds": run_seconds,
+        "peak_rss": measure.max_rss_bytes(),
+    }
+
+
+def _flat_line(results: list[dict], peak: str, why: str) -> list[str]:
+    """The sentence comparing the peaks of the shortest and the longest log."""
+    if len(results) < 2:
+        return []
+    peaks = [r[peak] for r in results]
+    first, last = results[0]["rows"], results[-1]["rows"]
+    return [
+        "",
+        f"Peak RSS from {first:,} to {last:,} rows ({last / first:.0f}x the rows): "
+        f"{mib(min(peaks))} to {mib(max(peaks))} MiB ({max(peaks) / min(peaks):.2f}x): {why}",
+    ]
+
+
+def report(results: list[dict], command: str, train: bool, run: bool) -> str:
     what = "reading, batching and a linear training step" if train else "reading and batching"
     lines = [
         "# Streaming a Parquet click log (clicks=parquet_log)",
         "",
-        f"One epoch of {what} of a synthetic Parquet click log per row count: sessions of "
-        f"{SESSION_LENGTH} documents, row groups of {ROW_GROUP_ROWS:,} rows, a doc_key column "
-        f"into a feature table of {DOCUMENTS:,} documents x {FEATURES} features, batches of "
-        f"{BATCH_SIZE} sessions, one process (no data-loader workers), every row group's values "
-        "checked as it is read. Peak RSS: the streaming process' whole peak resident set "
-        "(interpreter, torch, pyarrow, feature table); above start: that peak minus the "
-        "resident set just before the epoch. Wall time, on a machine shared with other work.",
+        f"Synthetic Parquet click logs: sessions of {SESSION_LENGTH} documents, row groups of "
+        f"{ROW_GROUP_ROWS:,} rows, a doc_key column into a feature table of {DOCUMENTS:,} "
+        f"documents x {FEATURES} features, batches of {BATCH_SIZE} sessions, one process (no "
+        "data-loader workers), every row group's values checked as it is read. Peak RSS: the "
+        "measured process' whole peak resident set (interpreter, torch, pyarrow, feature table); "
+        "above start: that peak minus the resident set just before the epoch. Wall time, on a "
+        "machine shared with other work.",
         "",
         f"Command: `{command}`",
+        "",
+        f"## The stream alone: one epoch of {what}",
         "",
         "| rows | row groups | file MiB | write s | epoch s | rows/s | peak RSS MiB | "
         "above start MiB |",
@@ -146,17 +225,45 @@ def report(results: list[dict], command: str, train: bool) -> str:
             f"{r['write_seconds']:.1f} | {r['seconds']:.1f} | {r['rows'] / r['seconds']:,.0f} | "
             f"{mib(r['peak_rss'])} | {mib(r['peak_rss'] - r['start_rss'])} |"
         )
-    peaks = [r["peak_rss"] for r in results]
-    if len(results) > 1:
-        lines += [
-            "",
-            f"Peak RSS from {results[0]['rows']:,} to {results[-1]['rows']:,} rows "
-            f"({results[-1]['rows'] / results[0]['rows']:.0f}x the rows): "
-            f"{mib(min(peaks))} to {mib(max(peaks))} MiB "
-            f"({max(peaks) / min(peaks):.2f}x): flat in the number of rows, as the stream holds "
-            "one row group at a time (two while a batch takes sessions from both) and the "
-            "batch it fills.",
-        ]
+    lines += _flat_line(
+        results,
+        "peak_rss",
+        "flat in the number of rows, as the stream holds one row group at a time (two while "
+        "a batch takes sessions from both) and the batch it fills.",
+    )
+    if not run:
+        return "\n".join(lines)
+    lines += [
+        "",
+        "## Through the run layer: one epoch of `differank.run`",
+        "",
+        "What `python train.py` runs, in a fresh process per log: `" + " ".join(RUN) + " "
+        "clicks.log=LOG clicks.feature_table=TABLE` (Lightning's own loop, "
+        "`StreamingClickDataModule`, the linear ranker, the naive estimator: clicks as the "
+        "softmax loss' labels, validation and test on the small synthetic data's true labels, "
+        "the checkpoints). Epoch s: the training epoch, from its start to its last batch's end "
+        "(validation and test excluded), measured inside the run by a callback "
+        "(`benchmarks/epoch_clock.py`); rows/s from it. Run s: the whole `differank.run` call "
+        "(data set-up, the epoch, validation, test, checkpoints). Peak RSS: the run's process, "
+        "everything included; above start: that peak minus the resident set at the epoch's "
+        "start.",
+        "",
+        "| rows | batches | epoch s | rows/s | run s | peak RSS MiB | above start MiB |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        t = r["run"]
+        lines.append(
+            f"| {t['rows']:,} | {t['batches']:,} | {t['seconds']:.1f} | "
+            f"{t['rows'] / t['seconds']:,.0f} | {t['run_seconds']:.1f} | {mib(t['peak_rss'])} | "
+            f"{mib(t['peak_rss'] - t['start_rss'])} |"
+        )
+    lines += _flat_line(
+        [r["run"] for r in results],
+        "peak_rss",
+        "flat in the number of rows: nothing in the run path (the data loader, Lightning's "
+        "loop, the loggers, the callbacks) holds the log or grows with its length.",
+    )
     return "\n".join(lines)
 
 
@@ -165,8 +272,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000])
     parser.add_argument("--folder", type=Path, default=Path("/tmp"))
     parser.add_argument("--train", action="store_true", help="also a linear training step")
+    parser.add_argument(
+        "--run", action="store_true", help="also one epoch through differank.run (train.py)"
+    )
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--worker", choices=("write", "stream"), help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=("write", "stream", "run"), help=argparse.SUPPRESS)
     parser.add_argument("--path", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker == "write":
@@ -174,6 +284,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.worker == "stream":
         print(json.dumps(stream_worker(args.path, args.train)))
+        return
+    if args.worker == "run":
+        print(json.dumps(run_worker(args.path, args.folder)))
         return
     results = []
     for rows in args.rows:
@@ -188,6 +301,12 @@ def main(argv: list[str] | None = None) -> None:
                 __file__, ["--worker", "stream", "--path", str(path), *train]
             )
             print(f"{rows:,} rows streamed: {streamed}", flush=True)
+            if args.run:
+                run = ["--folder", str(args.folder)]
+                streamed["run"] = measure.worker_json(
+                    __file__, ["--worker", "run", "--path", str(path), *run]
+                )
+                print(f"{rows:,} rows trained by differank.run: {streamed['run']}", flush=True)
         finally:
             path.unlink(missing_ok=True)
             path.with_suffix(".table.parquet").unlink(missing_ok=True)
@@ -197,7 +316,7 @@ def main(argv: list[str] | None = None) -> None:
         "benchmarks/click_log_stream.py",
         *(argv if argv is not None else sys.argv[1:]),
     ]
-    measure.publish(report(results, " ".join(shown), args.train), args.out)
+    measure.publish(report(results, " ".join(shown), args.train, args.run), args.out)
 
 
 if __name__ == "__main__":

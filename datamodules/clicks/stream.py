@@ -250,6 +250,13 @@ class StreamingClickDataModule(WrappingDataModule):
             )
         self.log.n_features = data.n_features
         if self.feature_table is not None:
+            width = self.feature_table.features.shape[1]
+            if width != data.n_features:  # before the first batch fails in the z-score
+                raise ClickLogError(
+                    f"{self.feature_table.source}: the feature table holds {width} features per "
+                    f"document, the data {data.n_features}: a table's features must be the "
+                    "run's features, in order"
+                )
             return _TableFeatures(data, self.feature_table, self.log)
         return _LoggedFeatures(data, self.log)
 

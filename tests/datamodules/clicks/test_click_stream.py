@@ -14,7 +14,11 @@ from torch.utils.data import DataLoader
 pytest.importorskip("pyarrow")
 
 from differank.datamodules.clicks.click_log import ClickLogError  # noqa: E402
-from differank.datamodules.clicks.parquet_log import ClickLogWriter, ParquetClickLog  # noqa: E402
+from differank.datamodules.clicks.parquet_log import (  # noqa: E402
+    ClickLogWriter,
+    FeatureTable,
+    ParquetClickLog,
+)
 from differank.datamodules.clicks.stream import (  # noqa: E402
     ClickLogStream,
     StreamingClickDataModule,
@@ -108,6 +112,19 @@ def test_a_log_of_other_features_is_refused_when_opened(tmp_path):
     synthetic_log(path, groups=2)
     with pytest.raises(ClickLogError, match="features holds 3 values per row, the run's data 4"):
         ParquetClickLog(path, n_features=4)  # the run has 4 features, the log 3
+
+
+def test_a_feature_table_of_other_features_is_refused_before_a_batch(tmp_path):
+    """A doc_key log's table of 3 features on data of 4: refused naming the table, not a
+    broadcasting error from the z-score at the first batch."""
+    path = tmp_path / "keyed.parquet"
+    with ClickLogWriter(path, "doc_key") as writer:
+        writer.write(session=[0, 0], qid=[1, 1], position=[1, 2], click=[0, 1], doc_key=[0, 1])
+    table = FeatureTable(np.arange(2), np.ones((2, 3), np.float32), "table.parquet")
+    data = SimpleNamespace(n_features=4, batch_size=2, num_workers=0)  # only these are read
+    module = StreamingClickDataModule(data, ParquetClickLog(path), feature_table=table)  # type: ignore[arg-type]
+    with pytest.raises(ClickLogError, match="table.parquet: the feature table holds 3 features"):
+        module.stream()
 
 
 def test_ranks_of_unequal_row_groups_step_equally_often(tmp_path):
