@@ -11,6 +11,7 @@ from tests.conftest import ROOT
 pytest.importorskip("pyarrow")
 
 
+@pytest.mark.slow  # about 25 s: two child processes, one a whole differank run
 def test_click_log_stream_tiny_through_the_run_layer(tmp_path):
     out = tmp_path / "click_log_stream.md"
     folder = tmp_path / "work"
