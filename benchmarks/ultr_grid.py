@@ -155,7 +155,8 @@ def cell_line(units: list[Unit], runs: Path, verdicts: collections.Counter) -> s
             continue
         mean = statistics.fmean(r["ndcg@10"] for r in runs_of)
         against = paired_difference(runs_of, found["naive"], "ndcg@10")
-        verdicts[name, against.rsplit(" ", 1)[1]] += 1
+        if first.propensity is None:  # the grid's own cells (not the --baidu rows)
+            verdicts[name, (first.strength, first.sessions), against.rsplit(" ", 1)[1]] += 1
         text = f"{mean:.4f}<br>{against}"
         if name in POINTWISE and len(found["naive_bce"]) == len(runs_of):
             same_loss = paired_difference(runs_of, found["naive_bce"], "ndcg@10")
@@ -177,12 +178,25 @@ def table(units: list[Unit], runs: Path) -> tuple[list[str], collections.Counter
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *lines], verdicts
 
 
-def verdict_table(verdicts: collections.Counter) -> list[str]:
-    """Per estimator: in how many cells it is better than naive, indistinguishable, worse."""
-    lines = ["| estimator | better | indistinguishable | worse |", "|---|---:|---:|---:|"]
+def verdict_table(verdicts: collections.Counter, axis: int, levels: list, title: str) -> list[str]:
+    """Per estimator and level of one grid axis (``axis`` 0: production strength, 1: sessions
+    per query): in how many cells it is better than naive, indistinguishable, worse."""
+    header = ["estimator", *(f"{title} {level:g}" for level in levels), "all"]
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    outcomes = ("better", "indistinguishable", "worse")
     for name in ESTIMATORS[1:]:
-        counts = [verdicts[name, v] for v in ("better", "indistinguishable", "worse")]
-        lines.append(f"| {GRID_ROWS[name].title} | " + " | ".join(map(str, counts)) + " |")
+        cells = []
+        for chosen in (*([level] for level in levels), levels):
+            counts = [
+                sum(
+                    n
+                    for (e, cell, v), n in verdicts.items()
+                    if e == name and v == outcome and cell[axis] in chosen
+                )
+                for outcome in outcomes
+            ]
+            cells.append(" / ".join(map(str, counts)))
+        lines.append(f"| {GRID_ROWS[name].title} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -259,8 +273,10 @@ def main(argv: list[str] | None = None) -> None:
     ]
     for dataset in args.datasets:
         lines, verdicts = table([u for u in units if u.dataset == dataset], args.runs)
-        sections += [f"## {dataset}", "", *lines, "", "Cells by verdict against naive:", ""]
-        sections += [*verdict_table(verdicts), ""]
+        sections += [f"## {dataset}", "", *lines, "", "Cells by verdict against naive (better / "]
+        sections += ["indistinguishable / worse), by production strength and by sessions:", ""]
+        sections += [*verdict_table(verdicts, 0, args.strengths, "production"), ""]
+        sections += [*verdict_table(verdicts, 1, args.sessions, "sessions ×"), ""]
     measure.publish("\n".join(sections), args.out)
 
 
