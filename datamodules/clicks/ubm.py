@@ -13,8 +13,6 @@ forward pass over the position of the last click.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from differank.datamodules.clicks.base import ClickModel
@@ -57,28 +55,25 @@ class UserBrowsingModel(ClickModel):
     def sample(
         self, labels: torch.Tensor, mask: torch.Tensor, uniforms: torch.Tensor
     ) -> torch.Tensor:
-        """Without a loop over positions: ``would[j, k]`` says whether the user clicks position
-        k when their last click is node j (0: none, l + 1: position l), ``u_k < γ_{k, k-l}^η
-        α_k``; from node j the next click is the first such k. The clicks are the nodes on the
-        path from node 0, found by pointer doubling in ceil(log2(L + 1)) steps. The same draws
-        give the same clicks as the step-by-step walk (tests/oracles_clicks.py)."""
+        """The user's walk down the list, all lists at once: position k is clicked when
+        ``u_k < γ_{k, k-l}^η α_k`` with ``l`` the last click above it (a node: 0 none, l + 1 a
+        click at l). Ten small steps over [B] cost less than one pass over a [B, L + 1, L]
+        table of every (last click, position) pair (benchmarks/results/ultra_side_by_side.md)."""
         attractive = self.attractiveness(labels, mask)
         batch, length = attractive.shape
         if length not in self._after_last_tables:  # built once per list length
-            self._after_last_tables[length] = self._after_last(length)
-        after = self.on(f"after_last_{length}", self._after_last_tables[length], attractive)
-        # would[b, j, k] = 1.0 when u_k < γ α_k: the sign of the threshold minus the draw
-        would = (after * attractive[:, None, :]).sub_(uniforms.select(2, 0)[:, None, :]).gt_(0)
-        clicked, first = would.max(2)  # the first maximum: the first k clicked, if any
-        following = torch.where(clicked.bool(), first, length) + 1  # node of the next click
-        terminal = torch.full((batch, 1), length + 1, device=labels.device)
-        pointer = torch.cat([following, terminal], dim=1)  # [B, L + 2]: the path's next node
-        on_path = torch.zeros(batch, length + 2, dtype=torch.int64, device=labels.device)
-        on_path[:, 0] = 1
-        for _ in range(math.ceil(math.log2(length + 1))):  # 2^m nodes of the path after m steps
-            on_path = on_path.scatter_add(1, pointer, on_path).clamp_(max=1)
-            pointer = pointer.gather(1, pointer)
-        return on_path[:, 1 : length + 1].to(attractive.dtype)
+            self._after_last_tables[length] = self._after_last(length).T.contiguous()
+        # examination[k][j]: γ of position k when the last click is node j
+        examination = self.on(f"after_last_{length}", self._after_last_tables[length], attractive)
+        draws = uniforms.select(2, 0).T.contiguous()  # [L, B]: position k's draws in row k
+        attractive_by_position = attractive.T.contiguous()
+        last = torch.zeros(batch, dtype=torch.int64, device=labels.device)  # node of each list
+        clicks = torch.empty(length, batch, dtype=torch.bool, device=labels.device)
+        for k in range(length):
+            threshold = examination[k][last].mul_(attractive_by_position[k])
+            torch.lt(draws[k], threshold, out=clicks[k])
+            last.masked_fill_(clicks[k], k + 1)
+        return clicks.T.to(attractive.dtype)
 
     def _after_last(self, length: int) -> torch.Tensor:
         """float64 [L + 1, L]: ``γ_{k, k-j+1}^η`` at [j, k] for position k after the last click
