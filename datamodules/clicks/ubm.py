@@ -55,25 +55,27 @@ class UserBrowsingModel(ClickModel):
     def sample(
         self, labels: torch.Tensor, mask: torch.Tensor, uniforms: torch.Tensor
     ) -> torch.Tensor:
-        """The user's walk down the list, all lists at once: position k is clicked when
-        ``u_k < γ_{k, k-l}^η α_k`` with ``l`` the last click above it (a node: 0 none, l + 1 a
-        click at l). Ten small steps over [B] cost less than one pass over a [B, L + 1, L]
-        table of every (last click, position) pair (benchmarks/results/ultra_side_by_side.md)."""
+        """The user's walk down the list, all lists at once. ``would[k, j, b]`` says whether
+        list b's user clicks position k when their last click is node j (0: none, l + 1: a
+        click at l): ``u_k < γ_{k, k-l}^η α_k``, one comparison for every pair. The walk then
+        reads, position by position, the entry of each list's current node: two small
+        operations a step, cheaper than pointer doubling over the same table
+        (benchmarks/results/ultra_side_by_side.md)."""
         attractive = self.attractiveness(labels, mask)
         batch, length = attractive.shape
         if length not in self._after_last_tables:  # built once per list length
             self._after_last_tables[length] = self._after_last(length).T.contiguous()
-        # examination[k][j]: γ of position k when the last click is node j
+        # examination[k, j]: γ of position k when the last click is node j
         examination = self.on(f"after_last_{length}", self._after_last_tables[length], attractive)
-        draws = uniforms.select(2, 0).T.contiguous()  # [L, B]: position k's draws in row k
-        attractive_by_position = attractive.T.contiguous()
-        last = torch.zeros(batch, dtype=torch.int64, device=labels.device)  # node of each list
-        clicks = torch.empty(length, batch, dtype=torch.bool, device=labels.device)
-        for k in range(length):
-            threshold = examination[k][last].mul_(attractive_by_position[k])
-            torch.lt(draws[k], threshold, out=clicks[k])
-            last.masked_fill_(clicks[k], k + 1)
-        return clicks.T.to(attractive.dtype)
+        thresholds = examination[:, :, None] * attractive.T[:, None, :]  # [L, L + 1, B]
+        would = torch.lt(uniforms.select(2, 0).T[:, None, :], thresholds)
+        last = torch.zeros(1, batch, dtype=torch.int64, device=labels.device)  # node per list
+        clicks = torch.empty(length, 1, batch, dtype=torch.bool, device=labels.device)
+        steps = zip(would.unbind(0), clicks.unbind(0), strict=True)
+        for k, (would_k, clicks_k) in enumerate(steps):
+            torch.gather(would_k, 0, last, out=clicks_k)
+            last.masked_fill_(clicks_k, k + 1)
+        return clicks[:, 0].T.to(attractive.dtype)
 
     def _after_last(self, length: int) -> torch.Tensor:
         """float64 [L + 1, L]: ``γ_{k, k-j+1}^η`` at [j, k] for position k after the last click
