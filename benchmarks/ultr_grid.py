@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import shlex
 import shutil
 import statistics
 import sys
@@ -259,7 +260,7 @@ def main(argv: list[str] | None = None) -> None:
             futures = [pool.submit(run_unit, u, args.runs, args.max_epochs) for u in units]
             for future in futures:
                 print("done", future.result(), flush=True)
-    command = "python benchmarks/ultr_grid.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python benchmarks/ultr_grid.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     sections = [
         "# The robustness grid (Niu et al., SIGIR 2025) on differank",
         "",

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import sys
 from dataclasses import dataclass
@@ -285,7 +286,7 @@ def main(argv: list[str] | None = None) -> None:
             for name in args.rows:
                 folder = args.runs / setting / name / f"fold{fold}_seed{seed}"
                 results[name].append(run(ROWS[name], fold, seed, common, folder))
-    command = "python benchmarks/ultr_results.py " + " ".join(
+    command = "python benchmarks/ultr_results.py " + shlex.join(
         sys.argv[1:] if argv is None else argv
     )
     text = "\n".join(
@@ -368,7 +369,7 @@ def select(args, argv: list[str] | None) -> None:
                     clicks[metric, n].setdefault(name, []).append(
                         run(row, fold, seed, common, folder)
                     )
-    command = "python benchmarks/ultr_results.py " + " ".join(
+    command = "python benchmarks/ultr_results.py " + shlex.join(
         sys.argv[1:] if argv is None else argv
     )
     text = "\n".join(
