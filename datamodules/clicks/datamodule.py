@@ -26,8 +26,9 @@ padding), ``positions`` int64 [B, L] (0-based, -1 at padding) and, when known,
 ``propensity`` column; 1 at padding). ``labels`` is removed: nothing that trains on clicks can
 read the true labels. Test batches are the ordinary ones (true labels); validation batches
 are too, unless the run chooses its epoch from clicks (``ultr.select=clicks``): then they are
-held-out click sessions on the validation queries
-(:class:`~differank.datamodules.clicks.held_out.HeldOutSessions`), without labels.
+held-out click sessions (:class:`~differank.datamodules.clicks.held_out.HeldOutSessions`),
+without labels: online, simulated on the validation queries; offline, the sessions of the
+log's held-out queries, which then are not trained on.
 
 A log of one session per training query written by ``task=simulate``
 (:func:`ClickDataModule.sessions`) holds, in session ``i``, the clicks the online simulation
@@ -140,11 +141,18 @@ class ClickDataModule(WrappingDataModule):
         return cls(data, tensors, click_model=click_model, seed=seed, held_out=held_out)
 
     @classmethod
-    def logged(cls, data, log: ClickLog, seed: int = 0) -> ClickDataModule:
+    def logged(
+        cls, data, log: ClickLog, seed: int = 0, held_out: ClickLog | None = None
+    ) -> ClickDataModule:
         """Offline training on the sessions of ``log``; features from its ``doc_row`` column
         (the training split's rows, as normalised for this run) or, without one, its raw
-        ``features`` column (this run's feature transform and z-score applied)."""
+        ``features`` column (this run's feature transform and z-score applied). ``held_out``:
+        the sessions held out of the same log (``ultr.select_holdout``), served as the
+        validation click batches (:meth:`HeldOutSessions.logged`), their features found alike."""
         check_same_data(log, data)
+        sessions = None
+        if held_out is not None:
+            sessions = HeldOutSessions.logged(held_out, _log_features(data, held_out))
         features = torch.from_numpy(_log_features(data, log))
         offsets = log.offsets
         tensors = SplitTensors(
@@ -154,7 +162,7 @@ class ClickDataModule(WrappingDataModule):
             offsets,
             log.qid[offsets[:-1]],
         )
-        return cls(data, tensors, log=log, seed=seed)
+        return cls(data, tensors, log=log, seed=seed, held_out=sessions)
 
     # ---- the wrapped data module -------------------------------------------------------------
 

@@ -1,22 +1,36 @@
-"""Held-out click sessions on the validation queries: what ``ultr.select=clicks`` chooses the
-epoch from (docs/clicks.md#choosing-a-model-without-labels).
+"""Held-out click sessions: what ``ultr.select=clicks`` chooses the epoch from
+(docs/clicks.md#choosing-a-model-without-labels), simulated on the validation queries or held
+out of a click log.
 
-The production ranker shows its top k of every validation query, and the run's click model
-draws ``sessions`` sessions on each list, from a generator of its own (``seed`` and a stream
-number no training draw uses): the same simulated users as the training sessions, never the
-same sessions. The simulator reads the true labels once, here, as the users of a real log would
-"read" relevance; what is kept is only what a click log records (features, shown positions,
-clicks, the logging propensities). No validation batch carries ``labels``.
+* Online (:meth:`HeldOutSessions.simulate`): the production ranker shows its top k of every
+  validation query, and the run's click model draws ``sessions`` sessions on each list, from a
+  generator of its own (``seed`` and a stream number no training draw uses): the same simulated
+  users as the training sessions, never the same sessions. The simulator reads the true labels
+  once, here, as the users of a real log would "read" relevance; what is kept is only what a
+  click log records (features, shown positions, clicks, the logging propensities).
+* From a click log (:func:`hold_out_queries`, then :meth:`HeldOutSessions.logged`): a share of
+  the log's QUERIES (``ultr.select_holdout``), chosen by a hash of ``(qid, seed)``
+  (:func:`held_out_queries`), leaves the training sessions; its sessions, as logged, become the
+  validation batches. A query is wholly held out or wholly trained on, so no held-out session
+  shares a query with a training one. A log can show one query different lists, so each
+  held-out session is a row of its own (S = 1): the metrics average over sessions, a query
+  weighing as many sessions as it has.
 
-THE VALIDATION CLICK BATCH (what :class:`HeldOutSessions` yields, one row per validation
-query): ``features`` [B, K, F], ``mask`` [B, K], ``qid`` [B], ``doc_index`` [B, K] (the
-validation split's row, -1 at padding), ``positions`` [B, K] (0-based shown position, -1 at
-padding), ``propensities`` [B, K] (the click model's P(examined), 1 at padding) and ``clicks``
-[B, S, K] (S sessions per list, 0 at padding).
+No validation batch carries ``labels``.
+
+THE VALIDATION CLICK BATCH (what :class:`HeldOutSessions` yields): ``features`` [B, K, F],
+``mask`` [B, K], ``qid`` [B], ``doc_index`` [B, K] (-1 at padding: online, the validation
+split's row; from a log, the row among the held-out rows of the log), ``positions`` [B, K]
+(0-based shown position, -1 at padding), ``propensities`` [B, K] (P(examined): the click
+model's, or the log's ``propensity`` column; 1 at padding; absent for a log without one, whose
+estimate then reads ``ultr.propensities``) and ``clicks`` [B, S, K] (S sessions per list, 0 at
+padding). Online a row is a validation query and its S = ``sessions`` sessions; from a log, a
+held-out session (S = 1).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -24,11 +38,69 @@ import torch
 from torch.utils.data import Dataset
 
 from differank.datamodules.clicks.base import ClickModel
+from differank.datamodules.clicks.click_log import ClickLog
 from differank.datamodules.clicks.shown_lists import shown_list_tensors
+from differank.datamodules.split_tensors import SplitTensors
 
 # The validation sessions' stream of the run's seed: training batches use (seed, batch number)
 # and the production ranker (seed, 35) and (seed, 36), so these never share a draw with them.
 VALIDATION_STREAM = 43
+# splitmix64's constants (Steele, Lea and Flood, OOPSLA 2014): a stable 64-bit hash of a
+# query id, the same on every platform and NumPy version
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
+
+
+def _splitmix64(values: np.ndarray) -> np.ndarray:
+    """uint64 [n]: splitmix64's output for each of ``values`` (uint64, wrapping arithmetic)."""
+    z = values + _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * _MIX[0]
+    z = (z ^ (z >> np.uint64(27))) * _MIX[1]
+    return z ^ (z >> np.uint64(31))
+
+
+def held_out_queries(qids: np.ndarray, share: float, seed: int) -> np.ndarray:
+    """bool [n]: whether each query id of ``qids`` is held out: query ``q`` is when
+    ``u(q, seed) < share``, ``u`` a uniform in [0, 1) from the 53 high bits of
+    ``splitmix64(splitmix64(seed) + q)`` (ids as int64, wrapping). The same query is held out
+    wherever it appears, in any order, by any reader (the npz and the Parquet log alike);
+    about ``share`` of the queries are, not exactly.
+
+    Example:
+        >>> held = held_out_queries(np.arange(10_000), 0.1, seed=0)
+        >>> round(held.mean(), 2), bool((held == held_out_queries(np.arange(10_000), 0.1, 0)).all())
+        (0.1, True)
+    """
+    if (
+        isinstance(share, bool)
+        or not isinstance(share, (int, float))
+        or not (math.isfinite(share) and 0 < share < 1)
+    ):
+        raise ValueError(
+            "ultr.select_holdout is the share of the click log's queries held out for "
+            f"ultr.select=clicks: a number in (0, 1) (e.g. 0.1), got {share!r}"
+        )
+    key = _splitmix64(np.array([seed], dtype=np.int64).astype(np.uint64))
+    hashed = _splitmix64(np.asarray(qids, dtype=np.int64).astype(np.uint64) + key)
+    return (hashed >> np.uint64(11)).astype(np.float64) * 2.0**-53 < share
+
+
+def hold_out_queries(log: ClickLog, share: float, seed: int) -> tuple[ClickLog, ClickLog]:
+    """``(training, held out)``: the sessions of ``log``'s queries that
+    :func:`held_out_queries` keeps, and those it holds out. A log of which ``share`` holds out
+    no query, or every query, is refused with the fix."""
+    queries = np.unique(log.qid)
+    held = held_out_queries(queries, share, seed)
+    if not held.any() or held.all():
+        which = "none" if not held.any() else "all"
+        fix = "raise it, or log more queries" if not held.any() else "lower it"
+        raise ValueError(
+            f"{log.source}: ultr.select_holdout={share} holds out {which} of the log's "
+            f"{len(queries)} queries (seed {seed}); ultr.select=clicks needs held-out queries "
+            f"and training queries: {fix}"
+        )
+    in_held_out = np.isin(log.qid, queries[held])
+    return log.rows(~in_held_out), log.rows(in_held_out)
 
 
 class HeldOutSessions(Dataset):
@@ -69,6 +141,32 @@ class HeldOutSessions(Dataset):
                 "clicks": torch.stack(clicks, dim=1).float(),
             }
         )
+
+    @classmethod
+    def logged(cls, log: ClickLog, features: np.ndarray) -> HeldOutSessions:
+        """Every session of ``log`` (the held-out part of a click log: :func:`hold_out_queries`)
+        as a row of its own, S = 1; ``features`` float32 [N, F]: its rows' features as this run
+        normalises them. Without a ``propensity`` column the batches have no
+        ``propensities``."""
+        offsets = log.offsets
+        lists = SplitTensors(
+            torch.from_numpy(features),
+            torch.from_numpy(log.click.astype(np.float32)),
+            np.arange(len(log.click)),
+            offsets,
+            log.qid[offsets[:-1]],
+        )
+        batch = lists.batch(np.arange(len(offsets) - 1))
+        clicks, mask = batch.pop("labels"), batch["mask"]
+        rows = batch["doc_index"].clamp(min=0)
+        columns = {
+            **batch,
+            "positions": torch.from_numpy(log.position)[rows].masked_fill(~mask, -1),
+            "clicks": (clicks * mask).unsqueeze(1),
+        }
+        if log.propensity is not None:
+            columns["propensities"] = torch.from_numpy(log.propensity)[rows].masked_fill(~mask, 1.0)
+        return cls(columns)
 
     @property
     def sessions(self) -> int:

@@ -20,14 +20,14 @@ from omegaconf import DictConfig
 
 from differank.datamodules.clicks.click_log import ClickLog, read_click_log
 from differank.datamodules.clicks.datamodule import ClickDataModule, training_identity
-from differank.datamodules.clicks.held_out import HeldOutSessions
+from differank.datamodules.clicks.held_out import HeldOutSessions, hold_out_queries
 from differank.datamodules.clicks.parquet_log import (
     FeatureTable,
     ParquetClickLog,
     write_click_log_parquet,
 )
 from differank.datamodules.clicks.stream import StreamingClickDataModule
-from differank.rankers.run.click_selection import click_selection
+from differank.rankers.run.click_selection import ClickSelection, click_selection
 from differank.rankers.run.production import shown_lists
 
 log = logging.getLogger(__name__)
@@ -41,9 +41,10 @@ def click_datamodule(cfg: DictConfig, datamodule):
     log at ``clicks.log`` (``clicks.format=parquet``: streamed, a
     :class:`~differank.datamodules.clicks.stream.StreamingClickDataModule`); online,
     ``clicks.model`` simulating on the production ranker's top ``clicks.top_k`` of every
-    training query; under ``ultr.select=clicks`` its validation batches are
-    ``ultr.select_sessions`` held-out sessions of the same users on the production ranker's top
-    ``clicks.top_k`` of every validation query (drawn here, once)."""
+    training query. Under ``ultr.select=clicks`` its validation batches are held-out sessions:
+    online, ``ultr.select_sessions`` sessions of the same users on the production ranker's top
+    ``clicks.top_k`` of every validation query (drawn here, once); offline, the sessions of the
+    ``ultr.select_holdout`` share of the log's queries, removed from training."""
     clicks = cfg.get("clicks")
     if clicks is None or clicks.get("mode") is None:
         return datamodule
@@ -60,9 +61,12 @@ def click_datamodule(cfg: DictConfig, datamodule):
             raise ValueError(f"clicks.format must be one of {LOG_FORMATS}, got {log_format!r}")
         if log_format == "parquet":
             return _streamed(clicks, datamodule, int(cfg.seed))
-        logged = read_click_log(clicks.log)
+        logged, held_out = read_click_log(clicks.log), None
+        selection = click_selection(cfg)
+        if selection is not None:
+            logged, held_out = _hold_out(logged, selection, cfg.ultr, int(cfg.seed))
         log.info("training on the click log %s (%d sessions)", clicks.log, len(logged.offsets) - 1)
-        return ClickDataModule.logged(datamodule, logged, seed=cfg.seed)
+        return ClickDataModule.logged(datamodule, logged, seed=cfg.seed, held_out=held_out)
     if clicks.get("model") is None:
         raise ValueError(
             f"clicks={cfg.clicks.get('name', '?')} has no click model to simulate with: choose "
@@ -84,6 +88,30 @@ def click_datamodule(cfg: DictConfig, datamodule):
             len(validation),
         )
     return ClickDataModule.simulated(datamodule, shown, model, seed=cfg.seed, held_out=held_out)
+
+
+def _hold_out(
+    logged: ClickLog, selection: ClickSelection, ultr: DictConfig, seed: int
+) -> tuple[ClickLog, ClickLog]:
+    """``(training, held out)``: the sessions of ``logged`` left to train on, and those of the
+    ``ultr.select_holdout`` share of its queries held out to choose the epoch by. A log without
+    a ``propensity`` column needs ``ultr.propensities`` (the IPS estimate's θ), else it is
+    refused with the fix."""
+    if logged.propensity is None and ultr.get("propensities") is None:
+        raise ValueError(
+            f"{logged.source} has no propensity column, and ultr.select=clicks's IPS estimate "
+            "of DCG needs each shown position's examination propensity: add the logging "
+            "propensities to the log (docs/clicks.md#the-click-log-format), or train with "
+            "ultr=ips|dr and ultr.propensities=[θ_1, θ_2, ...] (known or estimated)"
+        )
+    training, held_out = hold_out_queries(logged, selection.holdout, seed)
+    log.info(
+        "ultr.select=clicks: %d sessions of %d queries held out of the click log (share %s)",
+        len(held_out.offsets) - 1,
+        len(np.unique(held_out.qid)),
+        selection.holdout,
+    )
+    return training, held_out
 
 
 def _streamed(clicks: DictConfig, datamodule, seed: int) -> StreamingClickDataModule:
