@@ -46,7 +46,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
 
 from differank.datamodules.clicks.base import ClickModel
 from differank.datamodules.clicks.click_log import IDENTITY, ClickLog, ClickLogError
@@ -55,7 +54,6 @@ from differank.datamodules.clicks.shown_lists import shown_list_tensors
 from differank.datamodules.clicks.wrapping import WrappingDataModule
 from differank.datamodules.letor import LetorDataModule
 from differank.datamodules.normalization import apply_zscore
-from differank.datamodules.query_batches import ShardedQueryBatchSampler
 from differank.datamodules.split_tensors import SplitTensors
 
 if TYPE_CHECKING:
@@ -169,22 +167,7 @@ class ClickDataModule(WrappingDataModule):
     def val_dataloader(self):
         if self.held_out is None:
             return self._wrapped().val_dataloader()
-        return self._held_out_loader(self.held_out)
-
-    def _held_out_loader(self, sessions: HeldOutSessions) -> DataLoader:
-        """The validation click batches, in the wrapped module's evaluation batch size, each
-        query served by one process under DDP (as the validation split's are)."""
-        trainer = self.trainer
-        rank, world_size = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
-        sampler = ShardedQueryBatchSampler(
-            sessions.lengths,
-            self.data.eval_batch_size,
-            rank=rank,
-            world_size=world_size,
-            shuffle=False,
-        )
-        # __getitems__ builds the batch dict; torch types collate_fn for a list of samples
-        return DataLoader(sessions, batch_sampler=sampler, collate_fn=sessions.collate_fn)  # type: ignore[arg-type]
+        return self.held_out.loader(self.data.eval_batch_size, self.trainer)
 
     # ---- the click batch ---------------------------------------------------------------------
 

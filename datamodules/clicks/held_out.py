@@ -8,7 +8,7 @@ out of a click log.
   users as the training sessions, never the same sessions. The simulator reads the true labels
   once, here, as the users of a real log would "read" relevance; what is kept is only what a
   click log records (features, shown positions, clicks, the logging propensities).
-* From a click log (:func:`hold_out_queries`, then :meth:`HeldOutSessions.logged`): a share of
+* From a click log (:class:`QueryHoldout`, then :meth:`HeldOutSessions.logged`): a share of
   the log's QUERIES (``ultr.select_holdout``), chosen by a hash of ``(qid, seed)``
   (:func:`held_out_queries`), leaves the training sessions; its sessions, as logged, become the
   validation batches. A query is wholly held out or wholly trained on, so no held-out session
@@ -32,14 +32,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset
 
 from differank.datamodules.clicks.base import ClickModel
 from differank.datamodules.clicks.click_log import ClickLog
 from differank.datamodules.clicks.shown_lists import shown_list_tensors
+from differank.datamodules.query_batches import ShardedQueryBatchSampler
 from differank.datamodules.split_tensors import SplitTensors
 
 # The validation sessions' stream of the run's seed: training batches use (seed, batch number)
@@ -87,27 +89,47 @@ def held_out_queries(qids: np.ndarray, share: float, seed: int) -> np.ndarray:
     return (hashed >> np.uint64(11)).astype(np.float64) * 2.0**-53 < share
 
 
-def hold_out_queries(log: ClickLog, share: float, seed: int) -> tuple[ClickLog, ClickLog]:
-    """``(training, held out)``: the sessions of ``log``'s queries that
-    :func:`held_out_queries` keeps, and those it holds out. A log of which ``share`` holds out
-    no query, or every query, is refused with the fix."""
-    queries = np.unique(log.qid)
-    held = held_out_queries(queries, share, seed)
-    if not held.any() or held.all():
-        which = "none" if not held.any() else "all"
-        fix = "raise it, or log more queries" if not held.any() else "lower it"
-        raise ValueError(
-            f"{log.source}: ultr.select_holdout={share} holds out {which} of the log's "
-            f"{len(queries)} queries (seed {seed}); ultr.select=clicks needs held-out queries "
-            f"and training queries: {fix}"
+@dataclass(frozen=True)
+class QueryHoldout:
+    """``ultr.select_holdout``'s split of a click log's queries: about ``share`` of them, by a
+    hash of ``(qid, seed)`` (:func:`held_out_queries`; a share outside (0, 1) is refused here).
+    Called on query ids: bool, True where held out. Picklable (data-loader workers)."""
+
+    share: float
+    seed: int
+
+    def __post_init__(self) -> None:
+        held_out_queries(np.zeros(0, np.int64), self.share, self.seed)  # checks the share
+
+    def __call__(self, qids: np.ndarray) -> np.ndarray:
+        return held_out_queries(qids, self.share, self.seed)
+
+    def split(self, log: ClickLog) -> tuple[ClickLog, ClickLog]:
+        """``(training, held out)``: the sessions of ``log``'s queries this split keeps, and
+        those it holds out. A log of which it holds out no query, or every query, is refused
+        with the fix."""
+        queries = np.unique(log.qid)
+        held = self(queries)
+        if not held.any() or held.all():
+            raise self.refused(log.source, every=bool(held.all()), queries=len(queries))
+        in_held_out = np.isin(log.qid, queries[held])
+        return log.rows(~in_held_out), log.rows(in_held_out)
+
+    def refused(self, source: str, *, every: bool, queries: int | None = None) -> ValueError:
+        """The error for the log ``source`` of which this split holds out no query, or
+        (``every``) all of them; ``queries``: how many the log has, where counted."""
+        which, fix = ("all", "lower it") if every else ("none", "raise it, or log more queries")
+        counted = f"{queries} queries" if queries is not None else "queries"
+        return ValueError(
+            f"{source}: ultr.select_holdout={self.share} holds out {which} of the log's "
+            f"{counted} (seed {self.seed}); ultr.select=clicks needs held-out queries and "
+            f"training queries: {fix}"
         )
-    in_held_out = np.isin(log.qid, queries[held])
-    return log.rows(~in_held_out), log.rows(in_held_out)
 
 
 class HeldOutSessions(Dataset):
     """The validation click batches (module docstring), all lists padded to the ``K`` shown
-    slots; a batch is a list of query positions (:meth:`__getitems__`)."""
+    slots; a batch is a list of row positions (:meth:`__getitems__`)."""
 
     def __init__(self, columns: dict[str, torch.Tensor]) -> None:
         self.columns = columns
@@ -146,7 +168,7 @@ class HeldOutSessions(Dataset):
 
     @classmethod
     def logged(cls, log: ClickLog, features: np.ndarray) -> HeldOutSessions:
-        """Every session of ``log`` (the held-out part of a click log: :func:`hold_out_queries`)
+        """Every session of ``log`` (the held-out part of a click log: :meth:`QueryHoldout.split`)
         as a row of its own, S = 1; ``features`` float32 [N, F]: its rows' features as this run
         normalises them. Without a ``propensity`` column the batches have no
         ``propensities``."""
@@ -176,6 +198,16 @@ class HeldOutSessions(Dataset):
 
     def __len__(self) -> int:
         return len(self.lengths)
+
+    def loader(self, batch_size: int, trainer) -> DataLoader:
+        """The validation click batches of ``batch_size`` rows, each row served by one process
+        under ``trainer``'s DDP (as the validation split's queries are; None: one process)."""
+        rank, world_size = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
+        sampler = ShardedQueryBatchSampler(
+            self.lengths, batch_size, rank=rank, world_size=world_size, shuffle=False
+        )
+        # __getitems__ builds the batch dict; torch types collate_fn for a list of samples
+        return DataLoader(self, batch_sampler=sampler, collate_fn=self.collate_fn)  # type: ignore[arg-type]
 
     def __getitems__(self, keys: list) -> dict[str, torch.Tensor]:
         index = torch.as_tensor(keys, dtype=torch.int64)

@@ -132,6 +132,7 @@ SELECTION_OPTIONS = (
     "select_sessions",
     "select_clip",
     "select_holdout",
+    "select_holdout_sessions",
 )
 
 

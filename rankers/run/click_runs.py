@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 
 from differank.datamodules.clicks.click_log import ClickLog, read_click_log
 from differank.datamodules.clicks.datamodule import ClickDataModule, training_identity
-from differank.datamodules.clicks.held_out import HeldOutSessions, hold_out_queries
+from differank.datamodules.clicks.held_out import HeldOutSessions, QueryHoldout
 from differank.datamodules.clicks.parquet_log import (
     FeatureTable,
     ParquetClickLog,
@@ -59,12 +59,20 @@ def click_datamodule(cfg: DictConfig, datamodule):
         log_format = clicks.get("format", "npz")
         if log_format not in LOG_FORMATS:
             raise ValueError(f"clicks.format must be one of {LOG_FORMATS}, got {log_format!r}")
-        if log_format == "parquet":
-            return _streamed(clicks, datamodule, int(cfg.seed))
-        logged, held_out = read_click_log(clicks.log), None
         selection = click_selection(cfg)
+        if log_format == "parquet":
+            return _streamed(clicks, datamodule, int(cfg.seed), selection, cfg.get("ultr"))
+        logged, held_out = read_click_log(clicks.log), None
         if selection is not None:
-            logged, held_out = _hold_out(logged, selection, cfg.ultr, int(cfg.seed))
+            logged, held_out = QueryHoldout(selection.holdout, int(cfg.seed)).split(logged)
+            _require_propensities(logged.source, held_out.propensity is not None, cfg.ultr)
+            log.info(
+                "ultr.select=clicks: %d sessions of %d queries held out of the click log "
+                "(ultr.select_holdout=%s)",
+                len(held_out.offsets) - 1,
+                len(np.unique(held_out.qid)),
+                selection.holdout,
+            )
         log.info("training on the click log %s (%d sessions)", clicks.log, len(logged.offsets) - 1)
         return ClickDataModule.logged(datamodule, logged, seed=cfg.seed, held_out=held_out)
     if clicks.get("model") is None:
@@ -90,33 +98,29 @@ def click_datamodule(cfg: DictConfig, datamodule):
     return ClickDataModule.simulated(datamodule, shown, model, seed=cfg.seed, held_out=held_out)
 
 
-def _hold_out(
-    logged: ClickLog, selection: ClickSelection, ultr: DictConfig, seed: int
-) -> tuple[ClickLog, ClickLog]:
-    """``(training, held out)``: the sessions of ``logged`` left to train on, and those of the
-    ``ultr.select_holdout`` share of its queries held out to choose the epoch by. A log without
-    a ``propensity`` column needs ``ultr.propensities`` (the IPS estimate's θ), else it is
-    refused with the fix."""
-    if logged.propensity is None and ultr.get("propensities") is None:
+def _require_propensities(source: str, logged: bool, ultr: DictConfig) -> None:
+    """Refuse ``ultr.select=clicks`` on the log ``source`` when neither it (``logged``: it has
+    a propensity column) nor ``ultr.propensities`` gives the IPS estimate its θ."""
+    if not logged and ultr.get("propensities") is None:
         raise ValueError(
-            f"{logged.source} has no propensity column, and ultr.select=clicks's IPS estimate "
-            "of DCG needs each shown position's examination propensity: add the logging "
-            "propensities to the log (docs/clicks.md#the-click-log-format), or train with "
-            "ultr=ips|dr and ultr.propensities=[θ_1, θ_2, ...] (known or estimated)"
+            f"{source} has no propensity column, and ultr.select=clicks's IPS estimate of DCG "
+            "needs each shown position's examination propensity: add the logging propensities "
+            "to the log (docs/clicks.md#the-click-log-format), or train with ultr=ips|dr and "
+            "ultr.propensities=[θ_1, θ_2, ...] (known or estimated)"
         )
-    training, held_out = hold_out_queries(logged, selection.holdout, seed)
-    log.info(
-        "ultr.select=clicks: %d sessions of %d queries held out of the click log (share %s)",
-        len(held_out.offsets) - 1,
-        len(np.unique(held_out.qid)),
-        selection.holdout,
-    )
-    return training, held_out
 
 
-def _streamed(clicks: DictConfig, datamodule, seed: int) -> StreamingClickDataModule:
+def _streamed(
+    clicks: DictConfig,
+    datamodule,
+    seed: int,
+    selection: ClickSelection | None,
+    ultr: DictConfig | None,
+) -> StreamingClickDataModule:
     """``clicks=parquet_log``: the Parquet log at ``clicks.log`` streamed (and, for a
-    ``doc_key`` log, its feature table at ``clicks.feature_table``)."""
+    ``doc_key`` log, its feature table at ``clicks.feature_table``); under
+    ``ultr.select=clicks``, less the ``ultr.select_holdout`` share of its queries, whose first
+    ``ultr.select_holdout_sessions`` sessions are the validation batches."""
     parquet_log = ParquetClickLog(clicks.log)
     table_path = clicks.get("feature_table")
     table = FeatureTable.read(table_path, parquet_log.n_features) if table_path else None
@@ -126,7 +130,26 @@ def _streamed(clicks: DictConfig, datamodule, seed: int) -> StreamingClickDataMo
         parquet_log.rows,
         parquet_log.row_groups,
     )
-    return StreamingClickDataModule(datamodule, parquet_log, feature_table=table, seed=seed)
+    if selection is None:
+        return StreamingClickDataModule(datamodule, parquet_log, feature_table=table, seed=seed)
+    assert ultr is not None  # click_selection found ultr.select=clicks
+    streamed = StreamingClickDataModule(
+        datamodule,
+        parquet_log,
+        feature_table=table,
+        seed=seed,
+        held_out=QueryHoldout(selection.holdout, seed),
+        held_out_cap=selection.holdout_sessions,
+    )
+    assert streamed.held_out is not None
+    _require_propensities(parquet_log.source, "propensities" in streamed.held_out.columns, ultr)
+    log.info(
+        "ultr.select=clicks: %d sessions held out of the Parquet click log "
+        "(ultr.select_holdout=%s)",
+        len(streamed.held_out),
+        selection.holdout,
+    )
+    return streamed
 
 
 def simulate(cfg: DictConfig, run_dir: Path) -> Path:

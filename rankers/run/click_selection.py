@@ -38,6 +38,7 @@ class ClickSelection:
     sessions: int
     clip: float
     holdout: float  # a click log's share of queries held out (datamodules/clicks/held_out.py)
+    holdout_sessions: int  # a Parquet log's cap on the held-out sessions kept in memory
 
     @property
     def monitor(self) -> str:
@@ -56,9 +57,8 @@ def estimator_config(ultr: DictConfig) -> DictConfig:
 
 def click_selection(cfg: DictConfig) -> ClickSelection | None:
     """The run's :class:`ClickSelection` under ``ultr.select=clicks``; None with ``labels``
-    (or no ``ultr``). A value outside the choices, a run without clicks, or a Parquet log
-    (whose held-out sessions are not read yet) is a ValueError naming the option and its
-    fix."""
+    (or no ``ultr``). A value outside the choices, or a run without clicks, is a ValueError
+    naming the option and its fix."""
     ultr = cfg.get("ultr")
     if ultr is None:
         return None
@@ -77,12 +77,6 @@ def click_selection(cfg: DictConfig) -> ClickSelection | None:
             "run, simulated online (clicks=pbm|cascade|dcm|ubm|trust|cbcm) or on a click log "
             "(clicks=log clicks.log=PATH)"
         )
-    if clicks.mode == "offline" and clicks.get("format", "npz") == "parquet":
-        raise ValueError(
-            "ultr.select=clicks does not hold out sessions of a Parquet click log yet "
-            "(clicks=parquet_log): convert the log to .npz (clicks=log, "
-            "docs/clicks.md#the-click-log-format), or use ultr.select=labels"
-        )
     missing = [name for name in SELECTION_OPTIONS[1:] if ultr.get(name) is None]
     if missing:
         raise ValueError(f"ultr.select=clicks needs {', '.join(f'ultr.{m}' for m in missing)}")
@@ -92,6 +86,7 @@ def click_selection(cfg: DictConfig) -> ClickSelection | None:
         sessions=ultr.select_sessions,
         clip=ultr.select_clip,
         holdout=ultr.select_holdout,
+        holdout_sessions=ultr.select_holdout_sessions,
     )
 
 

@@ -1,7 +1,9 @@
 """``ultr.select=clicks`` on a click log (datamodules/clicks/held_out.py, issue #43): the
 ``ultr.select_holdout`` share of the log's queries leaves training and becomes the validation
 click sessions; the epoch chosen is the argmax of val/click_dcg@k on exactly those sessions,
-and no validation label is read."""
+and no validation label is read. The .npz log is split in memory; the Parquet log's stream
+skips the held-out queries and keeps at most ``ultr.select_holdout_sessions`` of their
+sessions."""
 
 from __future__ import annotations
 
@@ -14,11 +16,7 @@ import torch
 
 import differank
 from differank.datamodules.clicks.click_log import ClickLog, read_click_log
-from differank.datamodules.clicks.held_out import (
-    HeldOutSessions,
-    held_out_queries,
-    hold_out_queries,
-)
+from differank.datamodules.clicks.held_out import HeldOutSessions, QueryHoldout, held_out_queries
 from differank.rankers.run.runs import compose_config
 from differank.rankers.run.trainer_tasks import build_run
 from tests.conftest import TINY_DATA, run_config
@@ -26,6 +24,7 @@ from tests.rankers.run.test_click_selection import corrupt_validation_labels
 
 RUN = [*TINY_DATA, "trainer.max_epochs=4", "logger=csv", "quiet=true", "loss=softmax"]
 PBM = ["clicks=pbm", "clicks.top_k=6", "clicks.eta=2"]
+IPS_SELECT = ["ultr=ips", "ultr.select=clicks"]
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +38,7 @@ def click_log(tmp_path_factory):
 
 
 def select_on(log, *extra):
-    return [*RUN, "clicks=log", f"clicks.log={log}", "ultr=ips", "ultr.select=clicks", *extra]
+    return [*RUN, "clicks=log", f"clicks.log={log}", *IPS_SELECT, *extra]
 
 
 def a_log(qids, sessions_per_query=2, length=3, propensity=True):
@@ -78,11 +77,13 @@ def test_the_held_out_queries_are_a_share_chosen_by_a_hash_of_qid_and_seed():
 def test_a_holdout_share_outside_0_1_is_refused_naming_the_option(share):
     with pytest.raises(ValueError, match=r"ultr.select_holdout .* a number in \(0, 1\)"):
         held_out_queries(np.arange(10), share, seed=0)
+    with pytest.raises(ValueError, match=r"ultr.select_holdout .* a number in \(0, 1\)"):
+        QueryHoldout(share, seed=0)
 
 
 def test_a_query_is_wholly_held_out_or_wholly_trained_on():
     log = a_log(np.arange(100), sessions_per_query=3)
-    training, held = hold_out_queries(log, 0.2, seed=0)
+    training, held = QueryHoldout(0.2, seed=0).split(log)
     assert set(training.qid).isdisjoint(held.qid)
     assert set(training.qid) | set(held.qid) == set(range(100))
     assert len(training.click) + len(held.click) == len(log.click)
@@ -105,7 +106,7 @@ def test_a_query_is_wholly_held_out_or_wholly_trained_on():
 )
 def test_a_log_too_small_to_hold_out_and_train_is_refused(qids, share, match):
     with pytest.raises(ValueError, match=match):
-        hold_out_queries(a_log(qids), share, seed=0)
+        QueryHoldout(share, seed=0).split(a_log(qids))
 
 
 def test_held_out_sessions_of_a_log_are_one_row_each_as_logged():
@@ -250,3 +251,85 @@ def test_bad_holdouts_are_refused_before_training(click_log, tmp_path, extra, ma
     with pytest.raises(ValueError, match=match):
         differank.run([*select_on(click_log), *extra], output_dir=tmp_path)
     assert not list(tmp_path.rglob("*.ckpt"))
+
+
+# ---- a Parquet log: streamed, its held-out part capped in memory -----------------------------
+
+
+@pytest.fixture(scope="module")
+def parquet_log(click_log):
+    """The sessions of ``click_log`` as a Parquet log (a doc_row log, as task=simulate writes)."""
+    pytest.importorskip("pyarrow")
+    from differank.datamodules.clicks.parquet_log import write_click_log_parquet
+
+    path = click_log.parent / "clicks.parquet"
+    write_click_log_parquet(read_click_log(click_log), path)
+    return path
+
+
+def select_on_parquet(log, *extra):
+    return [*RUN, "clicks=parquet_log", f"clicks.log={log}", *IPS_SELECT, *extra]
+
+
+def test_a_parquet_log_holds_out_the_same_sessions_and_never_streams_them(
+    click_log, parquet_log, tmp_path
+):
+    npz, _ = build_run(compose_config(select_on(click_log), run_dir=tmp_path / "npz"))
+    streamed, model = build_run(compose_config(select_on_parquet(parquet_log), run_dir=tmp_path))
+    assert model.click_validation is not None
+    # the same hash of the same queries: the same held-out sessions, as logged
+    for name, column in npz.held_out.columns.items():
+        assert torch.equal(streamed.held_out.columns[name], column), name
+    held_qids = set(streamed.held_out.columns["qid"].tolist())
+    trained = set()
+    for batch in streamed.train_dataloader():
+        trained |= set(batch["qid"].tolist())
+    assert held_qids and trained.isdisjoint(held_qids)
+    assert trained | held_qids == set(read_click_log(click_log).qid.tolist())
+    batch = next(iter(streamed.val_dataloader()))
+    assert "labels" not in batch and batch["clicks"].shape[1] == 1
+
+
+def test_a_parquet_log_keeps_at_most_the_cap_of_held_out_sessions(parquet_log, tmp_path, caplog):
+    overrides = select_on_parquet(parquet_log, "ultr.select_holdout_sessions=5")
+    with caplog.at_level("WARNING", logger="differank.datamodules.clicks.stream"):
+        streamed, _ = build_run(compose_config(overrides, run_dir=tmp_path))
+    assert len(streamed.held_out) == 5
+    assert "5 held-out sessions kept" in caplog.text
+    uncapped, _ = build_run(compose_config(select_on_parquet(parquet_log), run_dir=tmp_path / "b"))
+    # the first five in file order; the others of held-out queries are not trained on either
+    for name, column in uncapped.held_out.columns.items():
+        assert torch.equal(streamed.held_out.columns[name], column[:5]), name
+    held_qids = set(uncapped.held_out.columns["qid"].tolist())
+    for batch in streamed.train_dataloader():
+        assert held_qids.isdisjoint(batch["qid"].tolist())
+
+
+def test_a_parquet_run_chooses_by_its_held_out_sessions(parquet_log, click_log, tmp_path):
+    """Trained on the same sessions in another order than the npz run, so not the same model:
+    the chosen epoch is the argmax of the click metric on the held-out sessions."""
+    result = differank.run(select_on_parquet(parquet_log), output_dir=tmp_path / "run")
+    with open(next(result.run_dir.rglob("metrics.csv"))) as file:
+        rows = [row for row in csv.DictReader(file) if row.get("val/click_dcg@10")]
+    by_epoch = {int(row["epoch"]): float(row["val/click_dcg@10"]) for row in rows}
+    state = torch.load(result.run_dir / "checkpoints" / "best.ckpt", weights_only=True)
+    assert len(by_epoch) == 4 and state["epoch"] == max(by_epoch, key=by_epoch.get)
+    datamodule, model = build_run(compose_config(select_on(click_log), run_dir=tmp_path / "b"))
+    model.load_state_dict(state["state_dict"])
+    model.eval()
+    held_qids = set(datamodule.held_out.columns["qid"].tolist())
+    by_hand = ips_dcg_by_hand(model, datamodule, read_click_log(click_log), held_qids)
+    assert by_hand == pytest.approx(result.best_validation, rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        (["ultr.select_holdout_sessions=0"], "ultr.select_holdout_sessions must be an integer"),
+        (["ultr.select_holdout=0.0001"], "holds out none of the log's queries"),
+        (["ultr.select_holdout=0.9999"], "holds out all of the log's queries"),
+    ],
+)
+def test_bad_parquet_holdouts_are_refused(parquet_log, tmp_path, extra, match):
+    with pytest.raises(ValueError, match=match):
+        differank.run(select_on_parquet(parquet_log, *extra), output_dir=tmp_path)

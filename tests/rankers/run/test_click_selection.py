@@ -165,11 +165,13 @@ def test_bad_selections_are_refused_with_the_fix(tmp_path, overrides, match):
         differank.run([*RUN, *CLICKS, "ultr=ips", *overrides], output_dir=tmp_path)
 
 
-def test_a_parquet_log_run_cannot_select_by_clicks_yet(tmp_path):
-    """(An .npz log can: tests/rankers/run/test_click_log_selection.py.)"""
-    overrides = [*RUN, "clicks=parquet_log", f"clicks.log={tmp_path / 'x.parquet'}", "ultr=ips"]
-    with pytest.raises(ValueError, match="does not hold out sessions of a Parquet click log"):
-        differank.run([*overrides, "ultr.select=clicks"], output_dir=tmp_path)
+def test_selecting_by_clicks_needs_a_click_run(tmp_path):
+    """(On a click log, part of the log is held out: test_click_log_selection.py.)"""
+    cfg = compose_config([*RUN, "ultr=ips", "ultr.select=clicks"], run_dir=tmp_path)
+    with pytest.raises(
+        ValueError, match="needs a click run, simulated online .* or on a click log"
+    ):
+        click_selection(cfg)
 
 
 def test_a_click_selected_checkpoint_restores_for_test(tmp_path):
