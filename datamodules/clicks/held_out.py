@@ -75,6 +75,13 @@ def held_out_queries(qids: np.ndarray, share: float, seed: int) -> np.ndarray:
         >>> bool((held_out_queries(np.arange(10_000)[::-1], 0.1, seed=0) == held[::-1]).all())
         True
     """
+    _check_share(share)
+    key = _splitmix64(np.array([seed], dtype=np.int64).astype(np.uint64))
+    hashed = _splitmix64(np.asarray(qids, dtype=np.int64).astype(np.uint64) + key)
+    return (hashed >> np.uint64(11)).astype(np.float64) * 2.0**-53 < share
+
+
+def _check_share(share: float) -> None:
     if (
         isinstance(share, bool)
         or not isinstance(share, (int, float))
@@ -84,9 +91,6 @@ def held_out_queries(qids: np.ndarray, share: float, seed: int) -> np.ndarray:
             "ultr.select_holdout is the share of the click log's queries held out for "
             f"ultr.select=clicks: a number in (0, 1) (e.g. 0.1), got {share!r}"
         )
-    key = _splitmix64(np.array([seed], dtype=np.int64).astype(np.uint64))
-    hashed = _splitmix64(np.asarray(qids, dtype=np.int64).astype(np.uint64) + key)
-    return (hashed >> np.uint64(11)).astype(np.float64) * 2.0**-53 < share
 
 
 @dataclass(frozen=True)
@@ -99,7 +103,7 @@ class QueryHoldout:
     seed: int
 
     def __post_init__(self) -> None:
-        held_out_queries(np.zeros(0, np.int64), self.share, self.seed)  # checks the share
+        _check_share(self.share)
 
     def __call__(self, qids: np.ndarray) -> np.ndarray:
         return held_out_queries(qids, self.share, self.seed)

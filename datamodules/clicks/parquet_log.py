@@ -32,7 +32,7 @@ Public API::
 
     ParquetClickLog(path, n_features=None)      # opened and checked, nothing decoded
       .row_groups, .rows, .group_rows(g), .document ("features" | "doc_key" | "doc_row")
-    .sessions_per_group(held_out=None) -> int64 [G]   # sessions (not held out) per row group
+      .sessions_per_group(held_out=None) -> int64 [G]  # sessions (not held out) per group
       .read_group(g) -> LoggedRows              # one row group, every value checked
       .train_qids_sha256, .train_files_sha256   # the data a doc_row log was written for
     ClickLogWriter(path, document, *, overwrite=False, metadata=None)   # row groups appended

@@ -275,11 +275,9 @@ class StreamingClickDataModule(WrappingDataModule):
         self.held_out_queries = held_out
         self.held_out: HeldOutSessions | None = None
         if held_out is not None:
-            if held_out_cap is None:
-                raise ValueError("held_out needs held_out_cap: the most held-out sessions kept")
             self.held_out = self._read_held_out(held_out, held_out_cap)
 
-    def _read_held_out(self, held_out: QueryHoldout, cap: int) -> HeldOutSessions:
+    def _read_held_out(self, held_out: QueryHoldout, cap: int | None) -> HeldOutSessions:
         """The sessions of the held-out queries, the first ``cap`` in file order (memory:
         ``cap`` sessions and one row group): the validation click batches."""
         if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
@@ -302,18 +300,25 @@ class StreamingClickDataModule(WrappingDataModule):
             raise held_out.refused(self.log.source, every=True)
         if kept == cap:
             log.warning(
-                "%s: %d held-out sessions kept to choose the epoch by (ultr.select_holdout_"
-                "sessions), the first in file order from row group %d on; later sessions of "
-                "held-out queries are neither trained on nor validated",
+                "%s: %d held-out sessions kept to choose the epoch by (the cap, ultr.select_"
+                "holdout_sessions), the first in file order (row groups 0 to %d); any later "
+                "sessions of held-out queries are neither trained on nor validated",
                 self.log.path,
                 cap,
                 group - 1,
             )
-        columns = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+        column = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
         # a ClickLog of the held-out rows, their features as the run normalises them
-        sessions = ClickLog(**columns, source=self.log.source)
-        assert sessions.features is not None
-        return HeldOutSessions.logged(sessions, sessions.features)
+        sessions = ClickLog(
+            session=column["session"],
+            qid=column["qid"],
+            position=column["position"],
+            click=column["click"],
+            features=column["features"],
+            propensity=column.get("propensity"),
+            source=self.log.source,
+        )
+        return HeldOutSessions.logged(sessions, column["features"])
 
     def _features(self) -> Callable[[LoggedRows], np.ndarray]:
         data = self._wrapped()

@@ -62,19 +62,19 @@ def click_datamodule(cfg: DictConfig, datamodule):
         selection = click_selection(cfg)
         if log_format == "parquet":
             return _streamed(clicks, datamodule, int(cfg.seed), selection, cfg.get("ultr"))
-        logged, held_out = read_click_log(clicks.log), None
+        logged, held_out_log = read_click_log(clicks.log), None
         if selection is not None:
-            logged, held_out = QueryHoldout(selection.holdout, int(cfg.seed)).split(logged)
-            _require_propensities(logged.source, held_out.propensity is not None, cfg.ultr)
+            logged, held_out_log = QueryHoldout(selection.holdout, int(cfg.seed)).split(logged)
+            _require_propensities(logged.source, held_out_log.propensity is not None, cfg.ultr)
             log.info(
                 "ultr.select=clicks: %d sessions of %d queries held out of the click log "
                 "(ultr.select_holdout=%s)",
-                len(held_out.offsets) - 1,
-                len(np.unique(held_out.qid)),
+                len(held_out_log.offsets) - 1,
+                len(np.unique(held_out_log.qid)),
                 selection.holdout,
             )
         log.info("training on the click log %s (%d sessions)", clicks.log, len(logged.offsets) - 1)
-        return ClickDataModule.logged(datamodule, logged, seed=cfg.seed, held_out=held_out)
+        return ClickDataModule.logged(datamodule, logged, seed=cfg.seed, held_out=held_out_log)
     if clicks.get("model") is None:
         raise ValueError(
             f"clicks={cfg.clicks.get('name', '?')} has no click model to simulate with: choose "

@@ -288,6 +288,10 @@ def test_a_parquet_log_holds_out_the_same_sessions_and_never_streams_them(
     assert trained | held_qids == set(read_click_log(click_log).qid.tolist())
     batch = next(iter(streamed.val_dataloader()))
     assert "labels" not in batch and batch["clicks"].shape[1] == 1
+    # the DDP quotas count the training sessions alone
+    training, _ = QueryHoldout(0.1, seed=0).split(read_click_log(click_log))
+    counted = streamed.log.sessions_per_group(streamed.held_out_queries).sum()
+    assert counted == len(training.offsets) - 1 < streamed.log.sessions_per_group().sum()
 
 
 def test_a_parquet_log_keeps_at_most_the_cap_of_held_out_sessions(parquet_log, tmp_path, caplog):
