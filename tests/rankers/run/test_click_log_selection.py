@@ -16,6 +16,7 @@ import torch
 
 import differank
 from differank.datamodules.clicks.click_log import ClickLog, read_click_log
+from differank.datamodules.clicks.datamodule import run_features
 from differank.datamodules.clicks.held_out import HeldOutSessions, QueryHoldout, held_out_queries
 from differank.rankers.run.runs import compose_config
 from differank.rankers.run.trainer_tasks import build_run
@@ -219,6 +220,27 @@ def test_another_seed_or_share_holds_out_other_queries(click_log, tmp_path):
     assert held("seed=1", "data.seed=0") == first
     assert held("seed=2", "data.seed=0") != first
     assert held("seed=1", "data.seed=0", "ultr.select_holdout=0.5") > first
+
+
+def test_a_features_log_holds_out_its_features_as_the_run_normalises_them(click_log, tmp_path):
+    logged = read_click_log(click_log)
+    raw = np.random.default_rng(0).normal(5.0, 3.0, (len(logged.click), 46)).astype(np.float32)
+    features_log = tmp_path / "features.npz"
+    ClickLog(
+        session=logged.session,
+        qid=logged.qid,
+        position=logged.position,
+        click=logged.click,
+        features=raw,
+        propensity=logged.propensity,
+    ).write(features_log)
+    cfg = compose_config(select_on(features_log), run_dir=tmp_path)  # data.normalization=zscore
+    datamodule, _ = build_run(cfg)
+    columns = datamodule.held_out.columns
+    in_held = np.isin(logged.qid, columns["qid"].numpy())
+    expected = run_features(datamodule, raw[in_held])
+    assert not np.allclose(expected, raw[in_held])  # normalised: not the raw values
+    assert torch.equal(columns["features"][columns["mask"]], torch.from_numpy(expected))
 
 
 def test_a_log_without_propensities_needs_ultr_propensities(click_log, tmp_path):
