@@ -39,6 +39,7 @@ Public API::
              train_qids_sha256=None, train_files_sha256=None)
       .write(path, *, overwrite=True) -> Path   # atomic (datamodules/atomic_files.py)
       .offsets                    # int64 [S + 1]: session s is rows offsets[s]:offsets[s+1]
+      .rows(keep) -> ClickLog     # the rows where keep (whole sessions), checked again
     read_click_log(path) -> ClickLog
 """
 
@@ -48,7 +49,7 @@ import io
 import math
 import re
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -142,6 +143,14 @@ class ClickLog:
         """int64 [S + 1]: session ``s`` is rows ``offsets[s]:offsets[s + 1]``."""
         starts = np.flatnonzero(np.r_[True, self.session[1:] != self.session[:-1]])
         return np.r_[starts, len(self.session)].astype(np.int64)
+
+    def rows(self, keep: np.ndarray) -> ClickLog:
+        """The log of the rows where ``keep`` (bool [N]) is true, with this log's fingerprints
+        and source, checked again. ``keep`` must take or leave whole sessions (a session's tail
+        cut off would still read as a shorter session): keep by query, or by session."""
+        columns = {name: getattr(self, name) for name in _COLUMNS}
+        kept = {name: value[keep] for name, value in columns.items() if value is not None}
+        return replace(self, **kept)
 
     def write(self, path: str | Path, *, overwrite: bool = True) -> Path:
         """The log as ``path`` (an uncompressed ``.npz``), whole or absent; ``overwrite=False``:

@@ -26,8 +26,9 @@ padding), ``positions`` int64 [B, L] (0-based, -1 at padding) and, when known,
 ``propensity`` column; 1 at padding). ``labels`` is removed: nothing that trains on clicks can
 read the true labels. Test batches are the ordinary ones (true labels); validation batches
 are too, unless the run chooses its epoch from clicks (``ultr.select=clicks``): then they are
-held-out click sessions on the validation queries
-(:class:`~differank.datamodules.clicks.held_out.HeldOutSessions`), without labels.
+held-out click sessions (:class:`~differank.datamodules.clicks.held_out.HeldOutSessions`),
+without labels: online, simulated on the validation queries; offline, the sessions of the
+log's held-out queries, which then are not trained on.
 
 A log of one session per training query written by ``task=simulate``
 (:func:`ClickDataModule.sessions`) holds, in session ``i``, the clicks the online simulation
@@ -45,7 +46,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
 
 from differank.datamodules.clicks.base import ClickModel
 from differank.datamodules.clicks.click_log import IDENTITY, ClickLog, ClickLogError
@@ -54,7 +54,6 @@ from differank.datamodules.clicks.shown_lists import shown_list_tensors
 from differank.datamodules.clicks.wrapping import WrappingDataModule
 from differank.datamodules.letor import LetorDataModule
 from differank.datamodules.normalization import apply_zscore
-from differank.datamodules.query_batches import ShardedQueryBatchSampler
 from differank.datamodules.split_tensors import SplitTensors
 
 if TYPE_CHECKING:
@@ -140,11 +139,18 @@ class ClickDataModule(WrappingDataModule):
         return cls(data, tensors, click_model=click_model, seed=seed, held_out=held_out)
 
     @classmethod
-    def logged(cls, data, log: ClickLog, seed: int = 0) -> ClickDataModule:
+    def logged(
+        cls, data, log: ClickLog, seed: int = 0, held_out: ClickLog | None = None
+    ) -> ClickDataModule:
         """Offline training on the sessions of ``log``; features from its ``doc_row`` column
         (the training split's rows, as normalised for this run) or, without one, its raw
-        ``features`` column (this run's feature transform and z-score applied)."""
+        ``features`` column (this run's feature transform and z-score applied). ``held_out``:
+        the sessions held out of the same log (``ultr.select_holdout``), served as the
+        validation click batches (:meth:`HeldOutSessions.logged`), their features found alike."""
         check_same_data(log, data)
+        sessions = None
+        if held_out is not None:
+            sessions = HeldOutSessions.logged(held_out, _log_features(data, held_out))
         features = torch.from_numpy(_log_features(data, log))
         offsets = log.offsets
         tensors = SplitTensors(
@@ -154,29 +160,14 @@ class ClickDataModule(WrappingDataModule):
             offsets,
             log.qid[offsets[:-1]],
         )
-        return cls(data, tensors, log=log, seed=seed)
+        return cls(data, tensors, log=log, seed=seed, held_out=sessions)
 
     # ---- the wrapped data module -------------------------------------------------------------
 
     def val_dataloader(self):
         if self.held_out is None:
             return self._wrapped().val_dataloader()
-        return self._held_out_loader(self.held_out)
-
-    def _held_out_loader(self, sessions: HeldOutSessions) -> DataLoader:
-        """The validation click batches, in the wrapped module's evaluation batch size, each
-        query served by one process under DDP (as the validation split's are)."""
-        trainer = self.trainer
-        rank, world_size = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
-        sampler = ShardedQueryBatchSampler(
-            sessions.lengths,
-            self.data.eval_batch_size,
-            rank=rank,
-            world_size=world_size,
-            shuffle=False,
-        )
-        # __getitems__ builds the batch dict; torch types collate_fn for a list of samples
-        return DataLoader(sessions, batch_sampler=sampler, collate_fn=sessions.collate_fn)  # type: ignore[arg-type]
+        return self.held_out.loader(self.data.eval_batch_size, self.trainer)
 
     # ---- the click batch ---------------------------------------------------------------------
 

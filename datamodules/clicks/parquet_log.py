@@ -32,6 +32,7 @@ Public API::
 
     ParquetClickLog(path, n_features=None)      # opened and checked, nothing decoded
       .row_groups, .rows, .group_rows(g), .document ("features" | "doc_key" | "doc_row")
+      .sessions_per_group(held_out=None) -> int64 [G]  # sessions (not held out) per group
       .read_group(g) -> LoggedRows              # one row group, every value checked
       .train_qids_sha256, .train_files_sha256   # the data a doc_row log was written for
     ClickLogWriter(path, document, *, overwrite=False, metadata=None)   # row groups appended
@@ -51,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from differank.datamodules.clicks.click_log import IDENTITY, ClickLog, ClickLogError
+from differank.datamodules.clicks.held_out import QueryHoldout
 from differank.datamodules.parquet import _pyarrow
 from differank.datamodules.reader import FLOAT32_MAX, available_memory_bytes
 from differank.datamodules.regular_files import require_regular_file
@@ -383,14 +385,21 @@ class ParquetClickLog:
     def group_rows(self, group: int) -> int:
         return int(self.starts[group + 1] - self.starts[group])
 
-    def sessions_per_group(self) -> np.ndarray:
+    def sessions_per_group(self, held_out: QueryHoldout | None = None) -> np.ndarray:
         """int64 [G]: the sessions of each row group, from its ``session`` column alone (one
-        row group at a time: memory flat in the log's length)."""
+        row group at a time: memory flat in the log's length); with ``held_out``, those of the
+        queries it does not hold out (reading ``qid`` too)."""
         counts = np.zeros(self.row_groups, np.int64)
+        columns = ["session"] if held_out is None else ["session", "qid"]
         for group in range(self.row_groups):
-            column = self._parquet().read_row_group(group, columns=["session"]).column(0)
-            session = column.to_numpy()
-            counts[group] = 1 + np.count_nonzero(session[1:] != session[:-1])
+            table = self._parquet().read_row_group(group, columns=columns)
+            session = table.column(0).to_numpy()
+            starts = np.flatnonzero(np.r_[True, session[1:] != session[:-1]])
+            if held_out is None:
+                counts[group] = len(starts)
+            else:
+                qids = table.column(1).to_numpy()[starts]
+                counts[group] = np.count_nonzero(~held_out(qids))
         return counts
 
     def read_group(self, group: int) -> LoggedRows:

@@ -14,7 +14,11 @@ The batches are THE CLICK BATCH CONTRACT (docs/clicks.md#the-click-batch), built
 workers: ``features`` float32 [B, L, F] (the run's feature transform and z-score applied to raw
 features), ``mask``, ``qid``, ``doc_index`` (the log's file row, -1 at padding), ``clicks``,
 ``positions`` (0-based, -1 at padding) and ``propensities`` when the log has them. ``labels``
-never exists. Validation, test and everything else are the wrapped LETOR data module's.
+never exists. Validation, test and everything else are the wrapped LETOR data module's, but
+under ``ultr.select=clicks``: a :class:`~differank.datamodules.clicks.held_out.QueryHoldout`
+holds out a share of the log's queries, whose sessions the stream skips and whose first
+``held_out_cap`` sessions in file order (a bound on memory: one row group is read at a time)
+are the validation click batches.
 
 With DDP every rank must step as often as the others (a rank that runs out first would leave
 the others waiting in their gradient all-reduce). Row groups hold different numbers of sessions,
@@ -25,8 +29,10 @@ as the order does. One process serves every session.
 
 Public API::
 
-    StreamingClickDataModule(data, log: ParquetClickLog, *, feature_table=None, seed=0)
-    ClickLogStream(log, features, batch_size, *, seed=0, rank=0, world_size=1)  # the dataset
+    StreamingClickDataModule(data, log: ParquetClickLog, *, feature_table=None, seed=0,
+                             held_out: QueryHoldout | None = None, held_out_cap=None)
+    ClickLogStream(log, features, batch_size, *, seed=0, rank=0, world_size=1,
+                   held_out=None)  # the dataset
     shard_row_groups(row_groups, rank, world_size, worker, workers) -> [int]
     equal_batches(sessions_per_group, batch_size, world_size, workers) -> int64 [workers]
 """
@@ -40,8 +46,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from differank.datamodules.clicks.click_log import ClickLogError
+from differank.datamodules.clicks.click_log import ClickLog, ClickLogError
 from differank.datamodules.clicks.datamodule import check_same_data, run_features
+from differank.datamodules.clicks.held_out import HeldOutSessions, QueryHoldout
 from differank.datamodules.clicks.parquet_log import FeatureTable, LoggedRows, ParquetClickLog
 from differank.datamodules.clicks.wrapping import WrappingDataModule
 from differank.datamodules.letor import LetorDataModule
@@ -93,7 +100,8 @@ def equal_batches(sessions_per_group, batch_size: int, world_size: int, workers:
 
 class ClickLogStream(IterableDataset):
     """The click batches of one rank's share of a Parquet click log (module docstring).
-    ``features(rows) -> float32 [n, F]``: each row's features as the run trains on them."""
+    ``features(rows) -> float32 [n, F]``: each row's features as the run trains on them;
+    ``held_out``: the queries whose sessions are skipped (``ultr.select_holdout``)."""
 
     def __init__(
         self,
@@ -105,8 +113,10 @@ class ClickLogStream(IterableDataset):
         rank: int = 0,
         world_size: int = 1,
         batches_per_worker: np.ndarray | None = None,
+        held_out: QueryHoldout | None = None,
     ) -> None:
         self.log, self.features, self.batch_size = log, features, int(batch_size)
+        self.held_out = held_out  # the queries whose sessions are not trained on
         self.seed, self.rank, self.world_size = int(seed), int(rank), int(world_size)
         # at most this many batches from worker w (equal_batches; None: every session)
         self.batches_per_worker = batches_per_worker
@@ -130,7 +140,12 @@ class ClickLogStream(IterableDataset):
             rows = self.log.read_group(group)
             features = self.features(rows)
             offsets = rows.offsets
+            held = np.zeros(len(offsets) - 1, bool)
+            if self.held_out is not None:
+                held = self.held_out(rows.qid[offsets[:-1]])
             for s in rng.permutation(len(offsets) - 1).tolist():
+                if held[s]:
+                    continue
                 pending.append((rows, features, int(offsets[s]), int(offsets[s + 1])))
                 if len(pending) == self.batch_size:
                     yield click_batch(pending)
@@ -171,6 +186,21 @@ def click_batch(sessions: list[tuple[LoggedRows, np.ndarray, int, int]]) -> dict
     if with_propensity:
         batch["propensities"] = torch.from_numpy(propensities)
     return batch
+
+
+def _held_out_rows(rows: LoggedRows, features: np.ndarray, take: np.ndarray) -> dict:
+    """The rows ``take`` of a row group as ClickLog columns (positions 0-based), with
+    ``features`` (the group's, as the run normalises them)."""
+    columns = {
+        "session": rows.session[take],
+        "qid": rows.qid[take],
+        "position": rows.position[take] - 1,
+        "click": rows.click[take],
+        "features": features[take],
+    }
+    if rows.propensity is not None:
+        columns["propensity"] = rows.propensity[take]
+    return columns
 
 
 class _LoggedFeatures:
@@ -219,7 +249,10 @@ class _TrainingRows:
 
 class StreamingClickDataModule(WrappingDataModule):
     """A LETOR data module trained on a streamed Parquet click log (module docstring): its
-    training loader is the log's; everything else is the wrapped module's."""
+    training loader is the log's; everything else is the wrapped module's, but the validation
+    batches under ``held_out`` (``ultr.select=clicks``): the sessions of the queries it holds
+    out, which the stream skips, the first ``held_out_cap`` of them in file order read here
+    (:class:`~differank.datamodules.clicks.held_out.HeldOutSessions`)."""
 
     def __init__(
         self,
@@ -228,6 +261,8 @@ class StreamingClickDataModule(WrappingDataModule):
         *,
         feature_table: FeatureTable | None = None,
         seed: int = 0,
+        held_out: QueryHoldout | None = None,
+        held_out_cap: int | None = None,
     ) -> None:
         super().__init__()
         if (log.document == "doc_key") != (feature_table is not None):
@@ -237,6 +272,53 @@ class StreamingClickDataModule(WrappingDataModule):
             )
         self.data, self.log, self.feature_table, self.seed = data, log, feature_table, int(seed)
         self._stream: ClickLogStream | None = None
+        self.held_out_queries = held_out
+        self.held_out: HeldOutSessions | None = None
+        if held_out is not None:
+            self.held_out = self._read_held_out(held_out, held_out_cap)
+
+    def _read_held_out(self, held_out: QueryHoldout, cap: int | None) -> HeldOutSessions:
+        """The sessions of the held-out queries, the first ``cap`` in file order (memory:
+        ``cap`` sessions and one row group): the validation click batches."""
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+            raise ValueError(f"ultr.select_holdout_sessions must be an integer >= 1, got {cap!r}")
+        features_of = self._features()
+        parts: list[dict[str, np.ndarray]] = []
+        kept, group = 0, 0
+        while kept < cap and group < self.log.row_groups:
+            rows = self.log.read_group(group)
+            offsets = rows.offsets
+            held = np.flatnonzero(held_out(rows.qid[offsets[:-1]]))[: cap - kept]
+            if len(held):
+                take = np.concatenate([np.arange(offsets[s], offsets[s + 1]) for s in held])
+                parts.append(_held_out_rows(rows, features_of(rows), take))
+                kept += len(held)
+            group += 1
+        if kept == 0:
+            raise held_out.refused(self.log.source, every=False)
+        if self.log.sessions_per_group(held_out).sum() == 0:
+            raise held_out.refused(self.log.source, every=True)
+        if kept == cap:
+            log.warning(
+                "%s: %d held-out sessions kept to choose the epoch by (the cap, ultr.select_"
+                "holdout_sessions), the first in file order (row groups 0 to %d); any later "
+                "sessions of held-out queries are neither trained on nor validated",
+                self.log.path,
+                cap,
+                group - 1,
+            )
+        column = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+        # a ClickLog of the held-out rows, their features as the run normalises them
+        sessions = ClickLog(
+            session=column["session"],
+            qid=column["qid"],
+            position=column["position"],
+            click=column["click"],
+            features=column["features"],
+            propensity=column.get("propensity"),
+            source=self.log.source,
+        )
+        return HeldOutSessions.logged(sessions, column["features"])
 
     def _features(self) -> Callable[[LoggedRows], np.ndarray]:
         data = self._wrapped()
@@ -277,6 +359,7 @@ class StreamingClickDataModule(WrappingDataModule):
                 rank=rank,
                 world_size=world_size,
                 batches_per_worker=quotas,
+                held_out=self.held_out_queries,
             )
         return self._stream
 
@@ -284,7 +367,7 @@ class StreamingClickDataModule(WrappingDataModule):
         """The batches per worker every rank serves (:func:`equal_batches`), and a warning of
         the sessions this rank leaves out each epoch."""
         workers = max(1, self.data.num_workers)
-        sessions = self.log.sessions_per_group()
+        sessions = self.log.sessions_per_group(self.held_out_queries)
         quotas = equal_batches(sessions, batch_size, world_size, workers)
         read = _shard_sessions(sessions, world_size, workers)[rank]
         served = np.minimum(read, quotas * batch_size)
@@ -303,6 +386,11 @@ class StreamingClickDataModule(WrappingDataModule):
                 int((read - served).sum()),
             )
         return quotas
+
+    def val_dataloader(self):
+        if self.held_out is None:
+            return self._wrapped().val_dataloader()
+        return self.held_out.loader(self.data.eval_batch_size, self.trainer)
 
     def train_dataloader(self) -> DataLoader:
         workers = self.data.num_workers

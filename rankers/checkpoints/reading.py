@@ -125,7 +125,15 @@ RESTORED = ("data", "model", "loss")  # the config groups a checkpoint's run is 
 ESTIMATOR = "ultr"  # the click estimator's group: rebuilt with the model when the run had one
 # How a click run chooses its epoch (ultr.select=labels|clicks and its settings,
 # rankers/run/click_selection.py): options of the group ultr that are not the estimator's
-SELECTION_OPTIONS = ("select", "select_metric", "select_k", "select_sessions", "select_clip")
+SELECTION_OPTIONS = (
+    "select",
+    "select_metric",
+    "select_k",
+    "select_sessions",
+    "select_clip",
+    "select_holdout",
+    "select_holdout_sessions",
+)
 
 
 def estimator_node(node: Any) -> Any:

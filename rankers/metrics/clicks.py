@@ -119,15 +119,15 @@ class ClickValidation:
         self, scores: torch.Tensor, batch: dict[str, torch.Tensor], estimator: nn.Module | None
     ) -> None:
         """Add a validation click batch (docs/clicks.md: ``clicks`` [B, S, L], ``positions``,
-        ``propensities``, ``mask``) scored ``scores`` [B, L] by the ranker. The propensities are
-        the estimator's fixed ones where it has them (``ultr.propensities``), else the batch's
-        logged ones, as the IPS loss reads them."""
+        ``propensities`` where known, ``mask``) scored ``scores`` [B, L] by the ranker. The
+        propensities are the estimator's fixed ones where it has them (``ultr.propensities``),
+        else the batch's logged ones, as the IPS loss reads them."""
         clicks, positions, mask = batch["clicks"], batch["positions"], batch["mask"]
         # IPS and DR may be given known propensities (ultr.propensities); the others' are
         # learned, and a metric that moved with them would not compare epochs
         fixed = estimator.propensities if isinstance(estimator, (IPS, DoublyRobust)) else None
         theta = document_propensities(
-            "ultr.select=clicks", fixed, positions, mask, batch["propensities"]
+            "ultr.select=clicks", fixed, positions, mask, batch.get("propensities")
         )
         self._add("dcg", ips_dcg(scores, clicks, theta, mask, self.k, self.clip).sum())
         self._add("queries", torch.tensor(float(mask.shape[0]), device=scores.device))

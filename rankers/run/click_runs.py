@@ -20,14 +20,14 @@ from omegaconf import DictConfig
 
 from differank.datamodules.clicks.click_log import ClickLog, read_click_log
 from differank.datamodules.clicks.datamodule import ClickDataModule, training_identity
-from differank.datamodules.clicks.held_out import HeldOutSessions
+from differank.datamodules.clicks.held_out import HeldOutSessions, QueryHoldout
 from differank.datamodules.clicks.parquet_log import (
     FeatureTable,
     ParquetClickLog,
     write_click_log_parquet,
 )
 from differank.datamodules.clicks.stream import StreamingClickDataModule
-from differank.rankers.run.click_selection import click_selection
+from differank.rankers.run.click_selection import ClickSelection, click_selection
 from differank.rankers.run.production import shown_lists
 
 log = logging.getLogger(__name__)
@@ -41,9 +41,10 @@ def click_datamodule(cfg: DictConfig, datamodule):
     log at ``clicks.log`` (``clicks.format=parquet``: streamed, a
     :class:`~differank.datamodules.clicks.stream.StreamingClickDataModule`); online,
     ``clicks.model`` simulating on the production ranker's top ``clicks.top_k`` of every
-    training query; under ``ultr.select=clicks`` its validation batches are
-    ``ultr.select_sessions`` held-out sessions of the same users on the production ranker's top
-    ``clicks.top_k`` of every validation query (drawn here, once)."""
+    training query. Under ``ultr.select=clicks`` its validation batches are held-out sessions:
+    online, ``ultr.select_sessions`` sessions of the same users on the production ranker's top
+    ``clicks.top_k`` of every validation query (drawn here, once); offline, the sessions of the
+    ``ultr.select_holdout`` share of the log's queries, removed from training."""
     clicks = cfg.get("clicks")
     if clicks is None or clicks.get("mode") is None:
         return datamodule
@@ -58,11 +59,22 @@ def click_datamodule(cfg: DictConfig, datamodule):
         log_format = clicks.get("format", "npz")
         if log_format not in LOG_FORMATS:
             raise ValueError(f"clicks.format must be one of {LOG_FORMATS}, got {log_format!r}")
+        selection = click_selection(cfg)
         if log_format == "parquet":
-            return _streamed(clicks, datamodule, int(cfg.seed))
-        logged = read_click_log(clicks.log)
+            return _streamed(clicks, datamodule, int(cfg.seed), selection, cfg.get("ultr"))
+        logged, held_out_log = read_click_log(clicks.log), None
+        if selection is not None:
+            logged, held_out_log = QueryHoldout(selection.holdout, int(cfg.seed)).split(logged)
+            _require_propensities(logged.source, held_out_log.propensity is not None, cfg.ultr)
+            log.info(
+                "ultr.select=clicks: %d sessions of %d queries held out of the click log "
+                "(ultr.select_holdout=%s)",
+                len(held_out_log.offsets) - 1,
+                len(np.unique(held_out_log.qid)),
+                selection.holdout,
+            )
         log.info("training on the click log %s (%d sessions)", clicks.log, len(logged.offsets) - 1)
-        return ClickDataModule.logged(datamodule, logged, seed=cfg.seed)
+        return ClickDataModule.logged(datamodule, logged, seed=cfg.seed, held_out=held_out_log)
     if clicks.get("model") is None:
         raise ValueError(
             f"clicks={cfg.clicks.get('name', '?')} has no click model to simulate with: choose "
@@ -86,9 +98,29 @@ def click_datamodule(cfg: DictConfig, datamodule):
     return ClickDataModule.simulated(datamodule, shown, model, seed=cfg.seed, held_out=held_out)
 
 
-def _streamed(clicks: DictConfig, datamodule, seed: int) -> StreamingClickDataModule:
+def _require_propensities(source: str, logged: bool, ultr: DictConfig) -> None:
+    """Refuse ``ultr.select=clicks`` on the log ``source`` when neither it (``logged``: it has
+    a propensity column) nor ``ultr.propensities`` gives the IPS estimate its θ."""
+    if not logged and ultr.get("propensities") is None:
+        raise ValueError(
+            f"{source} has no propensity column, and ultr.select=clicks's IPS estimate of DCG "
+            "needs each shown position's examination propensity: add the logging propensities "
+            "to the log (docs/clicks.md#the-click-log-format), or train with ultr=ips|dr and "
+            "ultr.propensities=[θ_1, θ_2, ...] (known or estimated)"
+        )
+
+
+def _streamed(
+    clicks: DictConfig,
+    datamodule,
+    seed: int,
+    selection: ClickSelection | None,
+    ultr: DictConfig | None,
+) -> StreamingClickDataModule:
     """``clicks=parquet_log``: the Parquet log at ``clicks.log`` streamed (and, for a
-    ``doc_key`` log, its feature table at ``clicks.feature_table``)."""
+    ``doc_key`` log, its feature table at ``clicks.feature_table``); under
+    ``ultr.select=clicks``, less the ``ultr.select_holdout`` share of its queries, whose first
+    ``ultr.select_holdout_sessions`` sessions are the validation batches."""
     parquet_log = ParquetClickLog(clicks.log)
     table_path = clicks.get("feature_table")
     table = FeatureTable.read(table_path, parquet_log.n_features) if table_path else None
@@ -98,7 +130,26 @@ def _streamed(clicks: DictConfig, datamodule, seed: int) -> StreamingClickDataMo
         parquet_log.rows,
         parquet_log.row_groups,
     )
-    return StreamingClickDataModule(datamodule, parquet_log, feature_table=table, seed=seed)
+    if selection is None:
+        return StreamingClickDataModule(datamodule, parquet_log, feature_table=table, seed=seed)
+    assert ultr is not None  # click_selection found ultr.select=clicks
+    streamed = StreamingClickDataModule(
+        datamodule,
+        parquet_log,
+        feature_table=table,
+        seed=seed,
+        held_out=QueryHoldout(selection.holdout, seed),
+        held_out_cap=selection.holdout_sessions,
+    )
+    assert streamed.held_out is not None
+    _require_propensities(parquet_log.source, "propensities" in streamed.held_out.columns, ultr)
+    log.info(
+        "ultr.select=clicks: %d sessions held out of the Parquet click log "
+        "(ultr.select_holdout=%s)",
+        len(streamed.held_out),
+        selection.holdout,
+    )
+    return streamed
 
 
 def simulate(cfg: DictConfig, run_dir: Path) -> Path:

@@ -1,6 +1,7 @@
 """How a click run chooses its epoch: ``ultr.select=labels`` (the monitor on the true validation
 labels, the semi-synthetic protocol's assumption) or ``ultr.select=clicks`` (held-out click
-sessions on the validation queries, no validation label read;
+sessions, no validation label read: simulated on the validation queries, or, from a click log,
+the sessions of a share of its queries held out of training;
 docs/clicks.md#choosing-a-model-without-labels). The options live in the group ``ultr``
 (conf/ultr/selection/default.yaml) beside the estimator's.
 
@@ -36,6 +37,8 @@ class ClickSelection:
     k: int
     sessions: int
     clip: float
+    holdout: float  # a click log's share of queries held out (datamodules/clicks/held_out.py)
+    holdout_sessions: int  # a Parquet log's cap on the held-out sessions kept in memory
 
     @property
     def monitor(self) -> str:
@@ -54,8 +57,8 @@ def estimator_config(ultr: DictConfig) -> DictConfig:
 
 def click_selection(cfg: DictConfig) -> ClickSelection | None:
     """The run's :class:`ClickSelection` under ``ultr.select=clicks``; None with ``labels``
-    (or no ``ultr``). A value outside the choices, or clicks read from a log (whose held-out
-    sessions are not drawn here), is a ValueError naming the option and its fix."""
+    (or no ``ultr``). A value outside the choices, or a run without clicks, is a ValueError
+    naming the option and its fix."""
     ultr = cfg.get("ultr")
     if ultr is None:
         return None
@@ -68,11 +71,11 @@ def click_selection(cfg: DictConfig) -> ClickSelection | None:
     if metric not in METRICS:
         raise ValueError(f"ultr.select_metric must be one of {METRICS}, got {metric!r}")
     clicks = cfg.get("clicks")
-    if clicks is None or clicks.get("mode") != "online":
+    if clicks is None or clicks.get("mode") not in ("online", "offline"):
         raise ValueError(
-            "ultr.select=clicks draws held-out sessions on the validation queries with the "
-            "run's click model: it needs clicks simulated online (clicks=pbm|cascade|dcm|ubm|"
-            "trust|cbcm); a click log's own held-out sessions are not read yet"
+            "ultr.select=clicks chooses the epoch from held-out click sessions: it needs a click "
+            "run, simulated online (clicks=pbm|cascade|dcm|ubm|trust|cbcm) or on a click log "
+            "(clicks=log clicks.log=PATH)"
         )
     missing = [name for name in SELECTION_OPTIONS[1:] if ultr.get(name) is None]
     if missing:
@@ -82,6 +85,8 @@ def click_selection(cfg: DictConfig) -> ClickSelection | None:
         k=ultr.select_k,
         sessions=ultr.select_sessions,
         clip=ultr.select_clip,
+        holdout=ultr.select_holdout,
+        holdout_sessions=ultr.select_holdout_sessions,
     )
 
 

@@ -46,12 +46,13 @@ class Unreadable:
         raise AssertionError("a validation label was read (its length)")
 
 
-def corrupt_validation_labels(monkeypatch, how):
-    """Once the click data module is built (the held-out sessions drawn), the validation
-    split's labels become NaN or unreadable, in the split and in its served tensors."""
-    original = ClickDataModule.simulated.__func__
+def corrupt_validation_labels(monkeypatch, how, built_by="simulated"):
+    """Once the click data module is built (``ClickDataModule.simulated`` or ``.logged``: the
+    held-out sessions drawn or read), the validation split's labels become NaN or unreadable,
+    in the split and in its served tensors."""
+    original = getattr(ClickDataModule, built_by).__func__
 
-    def simulated(cls, data, *args, **kwargs):
+    def build(cls, data, *args, **kwargs):
         built = original(cls, data, *args, **kwargs)
         split, tensors = data.split_data("val"), data.dataset("val").tensors
         if how == "nan":
@@ -62,7 +63,7 @@ def corrupt_validation_labels(monkeypatch, how):
             tensors.labels = Unreadable()
         return built
 
-    monkeypatch.setattr(ClickDataModule, "simulated", classmethod(simulated))
+    monkeypatch.setattr(ClickDataModule, built_by, classmethod(build))
 
 
 @pytest.mark.parametrize("how", ["nan", "unreadable"])
@@ -164,10 +165,13 @@ def test_bad_selections_are_refused_with_the_fix(tmp_path, overrides, match):
         differank.run([*RUN, *CLICKS, "ultr=ips", *overrides], output_dir=tmp_path)
 
 
-def test_a_click_log_run_cannot_select_by_clicks_yet(tmp_path):
-    overrides = [*RUN, "clicks=log", f"clicks.log={tmp_path / 'x.npz'}", "ultr=ips"]
-    with pytest.raises(ValueError, match="needs clicks simulated online"):
-        differank.run([*overrides, "ultr.select=clicks"], output_dir=tmp_path)
+def test_selecting_by_clicks_needs_a_click_run(tmp_path):
+    """(On a click log, part of the log is held out: test_click_log_selection.py.)"""
+    cfg = compose_config([*RUN, "ultr=ips", "ultr.select=clicks"], run_dir=tmp_path)
+    with pytest.raises(
+        ValueError, match="needs a click run, simulated online .* or on a click log"
+    ):
+        click_selection(cfg)
 
 
 def test_a_click_selected_checkpoint_restores_for_test(tmp_path):
