@@ -303,3 +303,53 @@ def test_ultr_results_select_writes_the_comparison_table(tmp_path, monkeypatch):
     assert (
         tmp_path / "runs" / "pbm_eta2_lr0.001_e1" / "ips_select_clicks_s10" / "fold1_seed0"
     ).is_dir()
+
+
+def test_ultr_grid_counts_each_estimators_verdicts_by_axis():
+    """The verdict tables count each estimator's cells by one axis of the grid (production
+    strength or sessions), summing over the other."""
+    import collections
+
+    import ultr_grid
+
+    verdicts = collections.Counter(
+        {
+            ("ips", (0.01, 10), "better"): 1,
+            ("ips", (0.01, 100), "worse"): 1,
+            ("ips", (0.1, 10), "indistinguishable"): 1,
+        }
+    )
+    by_strength = ultr_grid.verdict_table(verdicts, 0, [0.01, 0.1], "production")
+    ips = next(line for line in by_strength if line.startswith("| IPS"))
+    assert ips.endswith("| 1 / 0 / 1 | 0 / 1 / 0 | 1 / 1 / 1 |")
+    by_sessions = ultr_grid.verdict_table(verdicts, 1, [10, 100], "sessions ×")
+    ips = next(line for line in by_sessions if line.startswith("| IPS"))
+    assert ips.endswith("| 1 / 1 / 0 | 0 / 0 / 1 | 1 / 1 / 1 |")
+
+
+@pytest.mark.slow
+@requires_mq2008
+def test_ultr_grid_writes_every_cell_against_naive(tmp_path, monkeypatch):
+    """benchmarks/ultr_grid.py on MQ2008 Fold1, one cell (and the Baidu pair), one seed, one
+    epoch: each estimator's cell has its paired interval against naive, the pointwise ones also
+    against naive on BCE, and the reduction is written."""
+    import ultr_grid
+
+    monkeypatch.setenv("LETOR_DIR", str(MQ2008.parent))
+    out = tmp_path / "grid.md"
+    ultr_grid.main(
+        [
+            *("--datasets", "mq2008", "--strengths", "0.01", "--click-models", "pbm"),
+            *("--sessions", "1", "--seeds", "0", "--max-epochs", "1", "--baidu", "1"),
+            *("--jobs", "1", "--runs", str(tmp_path / "runs"), "--out", str(out)),
+            *("--scope", "a test"),
+        ]
+    )
+    text = out.read_text()
+    assert "Reduced scope: a test" in text and "Command: `python benchmarks/ultr_grid.py" in text
+    cells = [line for line in text.splitlines() if line.startswith("| 0.01 |")]
+    assert len(cells) == 3  # the cell, then eye tracking and Baidu at 5 positions
+    interval = r"[-+]\d\.\d{4} \[[-+]\d\.\d{4}, [-+]\d\.\d{4}\]"
+    for cell in cells:
+        assert len(re.findall(interval, cell)) == 5 + 2  # 5 estimators, 2 also against BCE
+    assert RUN_LINE.search(text)
