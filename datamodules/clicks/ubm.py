@@ -50,7 +50,7 @@ class UserBrowsingModel(ClickModel):
         self.eta = float(eta)
         #: γ_{k,d}^η at [k - 1, d - 1] (float64 [positions, positions])
         self.gamma = browsing_table(examination, positions, eta)
-        self._after_last_tables: dict[int, torch.Tensor] = {}
+        self._examination_by_node: dict[int, torch.Tensor] = {}  # per list length, [L, L + 1]
 
     def sample(
         self, labels: torch.Tensor, mask: torch.Tensor, uniforms: torch.Tensor
@@ -63,10 +63,11 @@ class UserBrowsingModel(ClickModel):
         (benchmarks/results/ultra_side_by_side.md)."""
         attractive = self.attractiveness(labels, mask)
         batch, length = attractive.shape
-        if length not in self._after_last_tables:  # built once per list length
-            self._after_last_tables[length] = self._after_last(length).T.contiguous()
+        if length not in self._examination_by_node:  # built once per list length
+            self._examination_by_node[length] = self._after_last(length).T.contiguous()
         # examination[k, j]: γ of position k when the last click is node j
-        examination = self.on(f"after_last_{length}", self._after_last_tables[length], attractive)
+        table = self._examination_by_node[length]
+        examination = self.on(f"examination_by_node_{length}", table, attractive)
         thresholds = examination[:, :, None] * attractive.T[:, None, :]  # [L, L + 1, B]
         would = torch.lt(uniforms.select(2, 0).T[:, None, :], thresholds)
         last = torch.zeros(1, batch, dtype=torch.int64, device=labels.device)  # node per list
