@@ -237,16 +237,24 @@ def profile_of(cfg: DictConfig, overrides: Sequence[str], runs: Path) -> tuple[P
 
 # what a search needs beyond the core install: the sampler, and the reference every row is
 # compared with (the `cluster` and `bench` extras hold them)
-SEARCH_PACKAGES = {"optuna": "optuna", "lightgbm": "lightgbm"}
+SEARCH_PACKAGES = {
+    "optuna": "Optuna proposes the trials",
+    "lightgbm": "LightGBM is the reference the rows are compared with",
+}
 
 
-def require_search_packages() -> None:
-    """Refuse a tune, before any trial runs, when Optuna or LightGBM is not installed."""
-    missing = [name for name, module in SEARCH_PACKAGES.items() if find_spec(module) is None]
+def require_search_packages(rows: Sequence[str] | None = None) -> None:
+    """Refuse a tune, before any trial runs, when Optuna, or LightGBM for a ``lightgbm`` row,
+    is not installed (``rows``: ``tune.rows``; None: every package). A tune without that row
+    (a click tune refuses it) does not need LightGBM."""
+    needed = dict(SEARCH_PACKAGES)
+    if rows is not None and "lightgbm" not in rows:
+        needed.pop("lightgbm")
+    missing = [name for name in needed if find_spec(name) is None]
     if missing:
+        why = ", ".join(needed[name] for name in missing)
         raise ModuleNotFoundError(
-            f"differank tune needs {' and '.join(missing)} (Optuna proposes the trials, "
-            f"LightGBM is the reference every row is compared with): pip install "
+            f"differank tune needs {' and '.join(missing)} ({why}): pip install "
             f'{" ".join(missing)}, or pip install "differank[bench,cluster]"'
         )
 
@@ -255,7 +263,7 @@ def tune_task(cfg: DictConfig, run_dir: Path, overrides: Sequence[str]) -> None:
     """``task=tune``: the protocol on the command line's data, its report and chosen model
     written into ``run_dir`` (the module docstring lists the files)."""
     budget = parse_budget(cfg.tune.budget)  # a bad budget is refused before anything runs
-    require_search_packages()
+    require_search_packages([str(row) for row in cfg.tune.rows])
     jobs = int(cfg.tune.jobs)
     if jobs < 1:
         raise ValueError(f"tune.jobs must be >= 1, got {jobs}")

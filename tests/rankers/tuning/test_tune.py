@@ -162,3 +162,7 @@ def test_a_tune_without_optuna_or_lightgbm_is_refused_naming_the_install(monkeyp
     )
     with pytest.raises(ModuleNotFoundError, match=r"needs lightgbm .*pip install lightgbm"):
         tune_module.require_search_packages()
+    with pytest.raises(ModuleNotFoundError, match=r"needs lightgbm .*pip install lightgbm"):
+        tune_module.require_search_packages(["lightgbm", "listmle/linear"])
+    # without a lightgbm row (a click tune refuses it) LightGBM is not needed
+    tune_module.require_search_packages(["listmle/linear"])
